@@ -1,0 +1,118 @@
+//! Exact rates.
+//!
+//! A [`Rate`] is `units` per `period_ns`, kept as two integers. Refill carries the
+//! sub-unit remainder as a numerator over `period_ns`, so stepping time one nanosecond at a
+//! time yields exactly the same credit as one big step: nothing is lost and nothing minted.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// Sustained rate: `units` every `period_ns` nanoseconds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Rate {
+    units: u64,
+    period_ns: u64,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RateError {
+    #[error("rate units must be positive")]
+    ZeroUnits,
+    #[error("rate period must be positive")]
+    ZeroPeriod,
+}
+
+impl Rate {
+    pub fn new(units: u64, period_ns: u64) -> Result<Rate, RateError> {
+        if units == 0 {
+            return Err(RateError::ZeroUnits);
+        }
+        if period_ns == 0 {
+            return Err(RateError::ZeroPeriod);
+        }
+        Ok(Rate { units, period_ns })
+    }
+
+    pub fn per_second(units: u64) -> Result<Rate, RateError> {
+        Rate::new(units, NANOS_PER_SEC)
+    }
+
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    /// Whole units produced by `elapsed_ns` on top of a carried remainder `frac`
+    /// (a numerator over `period_ns`). Returns the whole units and the new remainder.
+    pub fn produce(&self, elapsed_ns: u64, frac: u64) -> (u64, u64) {
+        let total = u128::from(frac) + u128::from(elapsed_ns) * u128::from(self.units);
+        let period = u128::from(self.period_ns);
+        let whole = u64::try_from(total / period).unwrap_or(u64::MAX);
+        (whole, (total % period) as u64)
+    }
+
+    /// Units produced over `elapsed_ns`, rounded down (no remainder carried).
+    pub fn units_in(&self, elapsed_ns: u64) -> u64 {
+        self.produce(elapsed_ns, 0).0
+    }
+
+    /// Smallest number of nanoseconds after which `missing` whole units exist, given a
+    /// carried remainder `frac`.
+    pub fn ns_until(&self, missing: u64, frac: u64) -> u64 {
+        if missing == 0 {
+            return 0;
+        }
+        let need = u128::from(missing) * u128::from(self.period_ns);
+        let need = need.saturating_sub(u128::from(frac));
+        let units = u128::from(self.units);
+        u64::try_from(need.div_ceil(units)).unwrap_or(u64::MAX)
+    }
+
+    /// Nanoseconds of production one unit takes, rounded up (used by GCRA).
+    pub fn ns_per_unit_ceil(&self) -> u64 {
+        self.period_ns.div_ceil(self.units)
+    }
+
+    /// Approximate units per second, for display and metrics only.
+    pub fn per_second_f64(&self) -> f64 {
+        self.units as f64 * NANOS_PER_SEC as f64 / self.period_ns as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nanosecond_steps_equal_one_big_step() {
+        let r = Rate::per_second(1000).unwrap();
+        let (mut whole, mut frac) = (0u64, 0u64);
+        for _ in 0..3_000_000 {
+            let (w, f) = r.produce(1, frac);
+            whole += w;
+            frac = f;
+        }
+        assert_eq!(whole, 3);
+        assert_eq!(frac, 0);
+        assert_eq!(r.produce(3_000_000, 0), (3, 0));
+    }
+
+    #[test]
+    fn ns_until_is_tight() {
+        let r = Rate::per_second(3).unwrap();
+        let ns = r.ns_until(1, 0);
+        assert_eq!(r.produce(ns, 0).0, 1);
+        assert_eq!(r.produce(ns - 1, 0).0, 0);
+    }
+
+    #[test]
+    fn zero_is_refused() {
+        assert_eq!(Rate::new(0, 1), Err(RateError::ZeroUnits));
+        assert_eq!(Rate::new(1, 0), Err(RateError::ZeroPeriod));
+    }
+}

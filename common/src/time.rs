@@ -116,7 +116,7 @@ pub struct RollbackStats {
 }
 
 /// Turns raw readings into a never-decreasing timeline (single owner).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockGuard {
     last: Nanos,
     stats: RollbackStats,

@@ -1,0 +1,254 @@
+//! One policy key's credit: where it comes from, what is out on lease, and who holds it.
+
+use super::command::Outcome;
+use crate::algo::TokenBucket;
+use crate::lease::LeaseId;
+use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Upstream credit closer than this to its deadline is not sub-leased: a sub-lease of less
+/// than a millisecond cannot be spent.
+const MIN_SUBLEASE_NS: u64 = 1_000_000;
+
+/// Credit flows of one key, in units. Conservation (checked by [`Account::conserved`]):
+/// `initial + produced + received = available + outstanding + used + stranded + dropped +
+/// returned_upstream + lost_upstream`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStats {
+    /// Credit the root bucket held when the key was created.
+    pub initial: u64,
+    /// Credit minted by the root bucket's refill.
+    pub produced: u64,
+    /// Credit received from upstream leases (delegated ledgers).
+    pub received: u64,
+    /// Credit put on lease, renewals included.
+    pub granted: u64,
+    /// Credit holders reported spent.
+    pub used: u64,
+    /// Credit handed back by holders (returns and releases).
+    pub reclaimed: u64,
+    /// Credit written off: leases that expired with unreported credit.
+    pub stranded: u64,
+    /// Credit that did not fit back under a lowered cap.
+    pub dropped: u64,
+    /// Idle credit returned to the upstream grantor.
+    pub returned_upstream: u64,
+    /// Idle credit lost because the upstream lease ran out.
+    pub lost_upstream: u64,
+}
+
+/// A delegated key's credit, received through one upstream lease at a time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamSupply {
+    /// Received and not on lease.
+    pub idle: u64,
+    pub lease_id: Option<LeaseId>,
+    /// Cumulative credit of the upstream lease seen so far, less what was returned.
+    pub credit_known: u64,
+    /// Credit of this upstream lease that sub-holders reported spent or let expire: the
+    /// usage to report upstream (never decreases while the lease lives).
+    pub consumed: u64,
+    /// Credit of this upstream lease out on sub-leases.
+    pub on_lease: u64,
+    /// Stop sub-leasing at this time; sub-leases expire no later.
+    pub deadline: Nanos,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Supply {
+    Bucket(TokenBucket),
+    Upstream(UpstreamSupply),
+}
+
+/// What the ledger remembers about one holder of one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderSlot {
+    /// The lease the holder renews; older ones may still be outstanding.
+    pub current: Option<LeaseId>,
+    pub demand_milli_per_sec: u64,
+    pub priority: u32,
+    pub last_seen: Nanos,
+    /// Highest request id seen and its answer, so a retry gets the same answer.
+    pub last_request_id: u64,
+    pub last_outcome: Option<Outcome>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    pub policy_id: String,
+    /// Policy version the supply was last configured with.
+    pub version: u64,
+    pub supply: Supply,
+    /// Credit on lease that is neither reported spent, handed back, nor written off.
+    pub outstanding: u64,
+    /// Live lease records of this key.
+    pub leases: u64,
+    pub holders: BTreeMap<String, HolderSlot>,
+    pub stats: KeyStats,
+}
+
+impl Account {
+    pub fn new(policy_id: String, version: u64, supply: Supply) -> Self {
+        let initial = match &supply {
+            Supply::Bucket(b) => b.tokens(),
+            Supply::Upstream(u) => u.idle,
+        };
+        Account {
+            policy_id,
+            version,
+            supply,
+            outstanding: 0,
+            leases: 0,
+            holders: BTreeMap::new(),
+            stats: KeyStats {
+                initial,
+                ..KeyStats::default()
+            },
+        }
+    }
+
+    /// Refills the root bucket up to its burst minus outstanding credit (so that stored plus
+    /// leased credit never exceeds the burst) and returns the credit free to grant.
+    pub fn available(&mut self, now: Nanos) -> u64 {
+        let outstanding = self.outstanding;
+        match &mut self.supply {
+            Supply::Bucket(b) => {
+                let before = b.tokens();
+                let cap = b.burst().saturating_sub(outstanding);
+                b.refill_capped(now, cap);
+                self.stats.produced += b.tokens().saturating_sub(before);
+                b.tokens()
+            }
+            Supply::Upstream(u) if u.deadline.saturating_since(now) >= MIN_SUBLEASE_NS => u.idle,
+            Supply::Upstream(_) => 0,
+        }
+    }
+
+    /// Moves `units` from free credit onto a lease. The caller refilled (through
+    /// [`available`](Self::available)) at this time and checked availability.
+    pub fn put_on_lease(&mut self, units: u64) {
+        let taken = match &mut self.supply {
+            Supply::Bucket(b) => b.take_exact(units),
+            Supply::Upstream(u) if u.idle >= units => {
+                u.idle -= units;
+                u.on_lease += units;
+                true
+            }
+            Supply::Upstream(_) => false,
+        };
+        assert!(taken, "put_on_lease beyond available credit");
+        self.outstanding += units;
+        self.stats.granted += units;
+    }
+
+    /// Holders reported `units` more spent of a lease carved from `parent`. Refills first:
+    /// credit earned so far was earned under the cap that held while those units were
+    /// still outstanding.
+    pub fn mark_used(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+        self.available(now);
+        self.outstanding -= units;
+        self.stats.used += units;
+        if let Some(u) = self.current_upstream(parent) {
+            u.on_lease -= units;
+            u.consumed += units;
+        }
+    }
+
+    /// Holders handed back `units` they will never spend. Credit carved from an upstream
+    /// lease that has since closed was settled with that lease and is dropped here.
+    pub fn reclaim(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+        self.available(now);
+        self.outstanding -= units;
+        self.stats.reclaimed += units;
+        let outstanding = self.outstanding;
+        let dropped = match &mut self.supply {
+            Supply::Bucket(b) => b.give_back(units, b.burst().saturating_sub(outstanding)),
+            Supply::Upstream(u) if u.lease_id.is_some() && u.lease_id == parent => {
+                u.on_lease -= units;
+                u.idle += units;
+                0
+            }
+            Supply::Upstream(_) => units,
+        };
+        self.stats.dropped += dropped;
+    }
+
+    /// Writes off `units` of a lease that expired before its holder accounted for them.
+    pub fn strand(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+        self.available(now);
+        self.outstanding -= units;
+        self.stats.stranded += units;
+        if let Some(u) = self.current_upstream(parent) {
+            u.on_lease -= units;
+            u.consumed += units;
+        }
+    }
+
+    fn current_upstream(&mut self, parent: Option<LeaseId>) -> Option<&mut UpstreamSupply> {
+        match &mut self.supply {
+            Supply::Upstream(u) if u.lease_id.is_some() && u.lease_id == parent => Some(u),
+            _ => None,
+        }
+    }
+
+    /// Credit this key can spread over its holders per refresh horizon, for fair share: a
+    /// root bucket's production per horizon, or a delegated key's whole pool (free plus on
+    /// lease).
+    pub fn capacity(&self, horizon_ns: u64) -> u64 {
+        match &self.supply {
+            Supply::Bucket(b) => b.rate().units_in(horizon_ns).max(1),
+            Supply::Upstream(u) => u.idle.saturating_add(self.outstanding),
+        }
+    }
+
+    /// Largest credit this key could ever hold at once (the reserve is a share of it).
+    pub fn ceiling(&self) -> u64 {
+        match &self.supply {
+            Supply::Bucket(b) => b.burst(),
+            Supply::Upstream(u) => u.idle + self.outstanding,
+        }
+    }
+
+    /// Free credit as last computed, without refilling.
+    pub fn free_now(&self) -> u64 {
+        match &self.supply {
+            Supply::Bucket(b) => b.tokens(),
+            Supply::Upstream(u) => u.idle,
+        }
+    }
+
+    /// Checks that every unit this key ever had is accounted for exactly once.
+    pub fn conserved(&self) -> bool {
+        let s = &self.stats;
+        let came = s.initial as u128 + s.produced as u128 + s.received as u128;
+        let went = self.free_now() as u128
+            + self.outstanding as u128
+            + s.used as u128
+            + s.stranded as u128
+            + s.dropped as u128
+            + s.returned_upstream as u128
+            + s.lost_upstream as u128;
+        came == went
+    }
+
+    /// True when dropping this key loses nothing: no lease out, nothing owed upstream, and
+    /// (for a root key) a full bucket, so re-creating it full later mints nothing.
+    pub fn is_idle(&mut self, now: Nanos, idle_after_ns: u64) -> bool {
+        if self.leases > 0 || self.outstanding > 0 {
+            return false;
+        }
+        let quiet = self
+            .holders
+            .values()
+            .all(|h| now.saturating_since(h.last_seen) >= idle_after_ns);
+        if !quiet {
+            return false;
+        }
+        let free = self.available(now);
+        match &self.supply {
+            Supply::Bucket(b) => free >= b.burst(),
+            Supply::Upstream(u) => u.lease_id.is_none() && u.idle == 0,
+        }
+    }
+}

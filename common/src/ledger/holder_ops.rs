@@ -1,0 +1,472 @@
+//! Commands from holders: acquire, report, release; and an operator's revoke.
+
+use super::account::{Account, HolderSlot};
+use super::book::{LeaseRecord, LeaseState};
+use super::command::{Acquire, Grant, Outcome, Release, Report};
+use super::error::LedgerError;
+use super::sizing::{demand_per_horizon, size_grant, Ask};
+use super::{ClosedAs, Ledger, NewLease, PolicyParams, Supply, Tombstone};
+use crate::lease::LeaseId;
+use crate::time::Nanos;
+
+impl Ledger {
+    pub(super) fn acquire(&mut self, a: Acquire, now: Nanos) -> Result<Outcome, LedgerError> {
+        self.check_holder_id(&a.holder_id)?;
+        let leases_max = self.config.limits.leases_max;
+        let holders_max = self.config.limits.holders_per_key_max;
+        let (previous, params) = {
+            let (acct, params) = self.account_for(&a.policy_id, &a.key, now)?;
+            let slot = slot_for(acct, &a.holder_id, now, holders_max, params.lease.ttl_ms)?;
+            if let Some(cached) = replay(slot, a.request_id)? {
+                return Ok(cached);
+            }
+            slot.demand_milli_per_sec = a.demand_milli_per_sec;
+            slot.priority = a.priority;
+            slot.last_seen = now;
+            (slot.current.take(), params)
+        };
+        if let Some(prev) = previous {
+            self.book.update(prev, |r| {
+                if r.state == LeaseState::Active {
+                    r.state = LeaseState::Closing;
+                }
+            });
+        }
+        let outcome = self.grant_new(
+            &a.key,
+            &a.holder_id,
+            a.want_credit,
+            a.priority,
+            &params,
+            now,
+            leases_max,
+        )?;
+        self.remember(&a.key, &a.holder_id, a.request_id, &outcome);
+        Ok(outcome)
+    }
+
+    pub(super) fn report(&mut self, r: Report, now: Nanos) -> Result<Outcome, LedgerError> {
+        let rec = self.live_record(r.lease_id, &r.holder_id, "reported on")?;
+        let key = rec.lease.key.clone();
+        let (used_before, credit) = (rec.used, rec.lease.credit);
+        let policy_id = rec.lease.policy_id.clone();
+        {
+            let holders_max = self.config.limits.holders_per_key_max;
+            let ttl_ms = self.policies.get(&policy_id).map_or(0, |p| p.lease.ttl_ms);
+            let acct = self
+                .accounts
+                .get_mut(&key)
+                .expect("live lease has an account");
+            // The slot may have been dropped while only a superseded lease was left.
+            let slot = slot_for(acct, &r.holder_id, now, holders_max, ttl_ms)?;
+            if let Some(cached) = replay(slot, r.request_id)? {
+                return Ok(cached);
+            }
+            slot.demand_milli_per_sec = r.demand_milli_per_sec;
+            slot.priority = r.priority;
+            slot.last_seen = now;
+        }
+        check_usage(r.lease_id, r.used, r.return_credit, used_before, credit)?;
+        self.settle(r.lease_id, r.used, r.return_credit, now);
+        let outcome = self.renew(&key, &r, now)?;
+        self.remember(&key, &r.holder_id, r.request_id, &outcome);
+        Ok(outcome)
+    }
+
+    pub(super) fn release(&mut self, r: Release, now: Nanos) -> Result<Outcome, LedgerError> {
+        if let Some(t) = self.tombstones.get(&r.lease_id) {
+            if t.holder_id == r.holder_id && t.request_id == r.request_id {
+                return Ok(t.outcome.clone());
+            }
+        }
+        let rec = self.live_record(r.lease_id, &r.holder_id, "released")?;
+        let (used_before, credit) = (rec.used, rec.lease.credit);
+        check_usage(r.lease_id, r.final_used, 0, used_before, credit)?;
+        let unused = credit - r.final_used;
+        self.settle(r.lease_id, r.final_used, unused, now);
+        let outcome = Outcome::Released {
+            reclaimed: unused,
+            stranded: 0,
+        };
+        self.close(
+            r.lease_id,
+            ClosedAs::Released,
+            r.request_id,
+            outcome.clone(),
+            now,
+        );
+        Ok(outcome)
+    }
+
+    pub(super) fn revoke(&mut self, lease_id: LeaseId) -> Result<Outcome, LedgerError> {
+        self.book
+            .update(lease_id, |r| r.state = LeaseState::Revoked)
+            .ok_or(LedgerError::UnknownLease(lease_id))?;
+        Ok(Outcome::Revoked { lease_id })
+    }
+
+    fn check_holder_id(&self, holder_id: &str) -> Result<(), LedgerError> {
+        let max = self.config.limits.holder_id_len_max;
+        if holder_id.is_empty() || holder_id.len() > max {
+            return Err(LedgerError::InvalidHolder { max });
+        }
+        Ok(())
+    }
+
+    /// The live record of `lease_id` if `holder_id` holds it; a closed lease is refused by
+    /// name so a late report cannot revive it.
+    fn live_record(
+        &self,
+        lease_id: LeaseId,
+        holder_id: &str,
+        action: &'static str,
+    ) -> Result<&LeaseRecord, LedgerError> {
+        let Some(rec) = self.book.get(lease_id) else {
+            return Err(match self.tombstones.get(&lease_id) {
+                Some(t) => LedgerError::LeaseClosed {
+                    lease_id,
+                    state: match t.closed_as {
+                        ClosedAs::Released => "released",
+                        ClosedAs::Expired => "expired",
+                    },
+                    action,
+                },
+                None => LedgerError::UnknownLease(lease_id),
+            });
+        };
+        if rec.lease.holder_id != holder_id {
+            return Err(LedgerError::NotHolder { lease_id });
+        }
+        Ok(rec)
+    }
+
+    /// Books reported usage and handed-back credit of a live lease.
+    fn settle(&mut self, lease_id: LeaseId, used: u64, handed_back: u64, now: Nanos) {
+        let (key, delta, parent) = self
+            .book
+            .update(lease_id, |rec| {
+                let delta = used - rec.used;
+                rec.used = used;
+                rec.lease.credit -= handed_back;
+                (rec.lease.key.clone(), delta, rec.lease.parent_lease_id)
+            })
+            .expect("settle on a live lease");
+        let acct = self
+            .accounts
+            .get_mut(&key)
+            .expect("live lease has an account");
+        acct.mark_used(delta, parent, now);
+        acct.reclaim(handed_back, parent, now);
+    }
+
+    /// Renews an active lease after a report: more credit if the sizing allows, a new
+    /// expiry, and a replacement lease if the policy version moved on.
+    fn renew(&mut self, key: &str, r: &Report, now: Nanos) -> Result<Outcome, LedgerError> {
+        let leases_max = self.config.limits.leases_max;
+        let rec = self.book.get(r.lease_id).expect("renew on a live lease");
+        let current = self.policies.get(&rec.lease.policy_id).cloned();
+        let stale = current
+            .as_ref()
+            .is_none_or(|p| p.version != rec.lease.policy_version);
+        // A sub-lease of an upstream lease that has since closed cannot be extended.
+        let orphaned = self.accounts.get(key).is_some_and(|a| match &a.supply {
+            Supply::Upstream(u) => u.lease_id.is_none() || u.lease_id != rec.lease.parent_lease_id,
+            Supply::Bucket(_) => false,
+        });
+        if rec.state != LeaseState::Active || stale || orphaned {
+            // Not renewed: same generation and issue time, so the holder keeps its deadline.
+            self.book.update(r.lease_id, |rec| {
+                if rec.state == LeaseState::Active {
+                    rec.state = LeaseState::Closing;
+                }
+            });
+            let lease = self.book.get(r.lease_id).expect("live").lease.clone();
+            let replacement = match (&current, stale) {
+                (Some(params), true) => self.grant_replacement(key, r, params, now, leases_max)?,
+                _ => None,
+            };
+            return Ok(Outcome::Granted(Box::new(Grant {
+                lease,
+                added: 0,
+                replacement,
+            })));
+        }
+        let params = current.expect("checked above");
+        let acct = self
+            .accounts
+            .get_mut(key)
+            .expect("live lease has an account");
+        let held = rec.unspent();
+        let added = if r.want_credit == 0 {
+            0
+        } else {
+            let ask = Ask {
+                holder_id: &r.holder_id,
+                want: r.want_credit,
+                priority: r.priority,
+                held,
+            };
+            size_grant(acct, &params, &ask, now).unwrap_or(0)
+        };
+        if added > 0 {
+            acct.put_on_lease(added);
+        }
+        let ttl_ms = lease_ttl_ms(acct, &params, now);
+        let epoch = self.epoch;
+        let rec = self.book.get(r.lease_id).expect("live");
+        let mut lease = rec.lease.clone();
+        lease.credit += added;
+        lease.generation += 1;
+        lease.issued_at_ns = now.0;
+        lease.ttl_ms = ttl_ms;
+        lease.epoch = epoch;
+        let write_off_at = self.write_off_at(&lease);
+        self.book.update(r.lease_id, |rec| {
+            rec.lease = lease.clone();
+            rec.write_off_at = write_off_at;
+        });
+        Ok(Outcome::Granted(Box::new(Grant {
+            lease,
+            added,
+            replacement: None,
+        })))
+    }
+
+    fn grant_replacement(
+        &mut self,
+        key: &str,
+        r: &Report,
+        params: &PolicyParams,
+        now: Nanos,
+        leases_max: usize,
+    ) -> Result<Option<super::Lease>, LedgerError> {
+        let want = r.want_credit.max(params.lease.min_credit);
+        let (acct, params) = self.account_for(&params.policy_id, key, now)?;
+        if let Some(slot) = acct.holders.get_mut(&r.holder_id) {
+            slot.current = None;
+        }
+        let _ = acct;
+        match self.grant_new(
+            key,
+            &r.holder_id,
+            want,
+            r.priority,
+            &params,
+            now,
+            leases_max,
+        )? {
+            Outcome::Granted(g) => Ok(Some(g.lease)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sizes and books a brand-new lease for `holder_id` on `key`.
+    #[allow(clippy::too_many_arguments)]
+    fn grant_new(
+        &mut self,
+        key: &str,
+        holder_id: &str,
+        want: u64,
+        priority: u32,
+        params: &PolicyParams,
+        now: Nanos,
+        leases_max: usize,
+    ) -> Result<Outcome, LedgerError> {
+        if self.book.len() >= leases_max {
+            return Err(LedgerError::LimitReached {
+                what: "leases",
+                max: leases_max,
+            });
+        }
+        let acct = self.accounts.get_mut(key).expect("account exists");
+        let demand = acct.holders.get(holder_id).map_or(0, |s| {
+            demand_per_horizon(s.demand_milli_per_sec, params.lease.refresh_horizon_ms)
+        });
+        let want = if want == 0 {
+            demand.max(params.lease.min_credit)
+        } else {
+            want
+        };
+        let ask = Ask {
+            holder_id,
+            want,
+            priority,
+            held: 0,
+        };
+        let credit = match size_grant(acct, params, &ask, now) {
+            Ok(units) => units,
+            Err((reason, retry_after_ns)) => {
+                return Ok(Outcome::Denied {
+                    reason,
+                    retry_after_ns,
+                })
+            }
+        };
+        acct.put_on_lease(credit);
+        acct.leases += 1;
+        let ttl_ms = lease_ttl_ms(acct, params, now);
+        let parent_lease_id = match &acct.supply {
+            Supply::Upstream(u) => u.lease_id,
+            Supply::Bucket(_) => None,
+        };
+        let lease = self.new_lease(
+            NewLease {
+                params,
+                key,
+                holder_id,
+                credit,
+                ttl_ms,
+                parent_lease_id,
+            },
+            now,
+        );
+        let write_off_at = self.write_off_at(&lease);
+        self.book.insert(LeaseRecord {
+            lease: lease.clone(),
+            used: 0,
+            state: LeaseState::Active,
+            write_off_at,
+        });
+        let acct = self.accounts.get_mut(key).expect("account exists");
+        if let Some(slot) = acct.holders.get_mut(holder_id) {
+            slot.current = Some(lease.lease_id);
+        }
+        Ok(Outcome::Granted(Box::new(Grant {
+            lease,
+            added: credit,
+            replacement: None,
+        })))
+    }
+
+    fn remember(&mut self, key: &str, holder_id: &str, request_id: u64, outcome: &Outcome) {
+        if let Some(slot) = self
+            .accounts
+            .get_mut(key)
+            .and_then(|a| a.holders.get_mut(holder_id))
+        {
+            slot.last_request_id = request_id;
+            slot.last_outcome = Some(outcome.clone());
+        }
+    }
+
+    /// Removes a lease from the book and keeps a tombstone for retries and late reports.
+    pub(super) fn close(
+        &mut self,
+        lease_id: LeaseId,
+        closed_as: ClosedAs,
+        request_id: u64,
+        outcome: Outcome,
+        now: Nanos,
+    ) {
+        let Some(rec) = self.book.remove(lease_id) else {
+            return;
+        };
+        if let Some(acct) = self.accounts.get_mut(&rec.lease.key) {
+            acct.leases -= 1;
+            if let Some(slot) = acct.holders.get_mut(&rec.lease.holder_id) {
+                if slot.current == Some(lease_id) {
+                    slot.current = None;
+                }
+                slot.last_seen = slot.last_seen.max(now);
+            }
+        }
+        self.tombstones.insert(
+            lease_id,
+            Tombstone {
+                key: rec.lease.key,
+                holder_id: rec.lease.holder_id,
+                closed_as,
+                request_id,
+                outcome,
+            },
+        );
+        self.tombstone_order.push_back((now, lease_id));
+    }
+}
+
+/// A retry of the last request gets the last answer; an older request is refused.
+fn replay(slot: &HolderSlot, request_id: u64) -> Result<Option<Outcome>, LedgerError> {
+    if slot.last_outcome.is_some() {
+        if request_id == slot.last_request_id {
+            return Ok(slot.last_outcome.clone());
+        }
+        if request_id < slot.last_request_id {
+            return Err(LedgerError::StaleRequest {
+                request_id,
+                last: slot.last_request_id,
+            });
+        }
+    }
+    Ok(None)
+}
+
+fn check_usage(
+    lease_id: LeaseId,
+    used: u64,
+    returned: u64,
+    reported: u64,
+    credit: u64,
+) -> Result<(), LedgerError> {
+    if used < reported {
+        return Err(LedgerError::UsageDecreased {
+            lease_id,
+            used,
+            reported,
+        });
+    }
+    if used.checked_add(returned).is_none_or(|t| t > credit) {
+        return Err(LedgerError::UsageExceedsCredit {
+            lease_id,
+            used,
+            returned,
+            credit,
+        });
+    }
+    Ok(())
+}
+
+/// The holder's slot on a key, made room for by dropping holders idle past a lease ttl.
+fn slot_for<'a>(
+    acct: &'a mut Account,
+    holder_id: &str,
+    now: Nanos,
+    holders_max: usize,
+    ttl_ms: u64,
+) -> Result<&'a mut HolderSlot, LedgerError> {
+    if !acct.holders.contains_key(holder_id) {
+        if acct.holders.len() >= holders_max {
+            let idle_ns = ttl_ms.saturating_mul(1_000_000);
+            acct.holders
+                .retain(|_, s| s.current.is_some() || now.saturating_since(s.last_seen) < idle_ns);
+        }
+        if acct.holders.len() >= holders_max {
+            return Err(LedgerError::LimitReached {
+                what: "holders per key",
+                max: holders_max,
+            });
+        }
+        acct.holders.insert(
+            holder_id.to_string(),
+            HolderSlot {
+                current: None,
+                demand_milli_per_sec: 0,
+                priority: 0,
+                last_seen: now,
+                last_request_id: 0,
+                last_outcome: None,
+            },
+        );
+    }
+    Ok(acct.holders.get_mut(holder_id).expect("inserted above"))
+}
+
+/// A lease's ttl: the policy's, cut short so a sub-lease never outlives the upstream lease.
+fn lease_ttl_ms(acct: &Account, params: &PolicyParams, now: Nanos) -> u64 {
+    match &acct.supply {
+        Supply::Bucket(_) => params.lease.ttl_ms,
+        Supply::Upstream(u) => params
+            .lease
+            .ttl_ms
+            .min(u.deadline.saturating_since(now) / 1_000_000),
+    }
+}

@@ -1,0 +1,130 @@
+//! How much credit one grant carries.
+//!
+//! A grant follows demand: the holder asks for what its measured demand needs over the
+//! refresh horizon. When the key is contended (active holders together want more than the
+//! key produces per horizon) each holder is capped at its weighted max-min fair share, so
+//! idle credit flows to demand without letting anyone starve the rest. A share of the key
+//! is held back as an emergency reserve for high priorities.
+
+use super::account::Account;
+use super::command::DenyReason;
+use super::fair::{max_min_shares, Claim};
+use super::params::{PolicyParams, PPM};
+use crate::time::Nanos;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// One request for credit, as the sizing sees it.
+pub struct Ask<'a> {
+    pub holder_id: &'a str,
+    pub want: u64,
+    pub priority: u32,
+    /// Unspent credit the holder already has on this key.
+    pub held: u64,
+}
+
+/// Units of demand over the horizon for a demand in milli-units per second.
+pub fn demand_per_horizon(demand_milli_per_sec: u64, horizon_ms: u64) -> u64 {
+    let units = u128::from(demand_milli_per_sec) * u128::from(horizon_ms) / 1_000_000;
+    u64::try_from(units).unwrap_or(u64::MAX)
+}
+
+/// Fair-share weight of a priority: higher priorities weigh more.
+pub fn weight_of(priority: u32) -> u64 {
+    u64::from(priority) + 1
+}
+
+/// The grant for `ask`, or why none can be made and when to ask again.
+pub fn size_grant(
+    account: &mut Account,
+    params: &PolicyParams,
+    ask: &Ask<'_>,
+    now: Nanos,
+) -> Result<u64, (DenyReason, u64)> {
+    let lp = &params.lease;
+    let horizon_ns = lp.refresh_horizon_ms.saturating_mul(NS_PER_MS);
+    let headroom = lp.max_credit.saturating_sub(ask.held);
+    if headroom == 0 {
+        return Err((DenyReason::MaxCredit, horizon_ns));
+    }
+    let mut target = ask.want.min(headroom);
+    let available = account.available(now);
+    if let Some(share) = contended_share(account, params, ask, now) {
+        let room = share.max(lp.min_credit).saturating_sub(ask.held);
+        if room == 0 {
+            return Err((DenyReason::FairShare, horizon_ns));
+        }
+        target = target.min(room);
+    }
+    let reserve = reserve_units(account.ceiling(), lp.reserve_ppm);
+    let may_use_reserve = ask.priority >= lp.reserve_priority_min;
+    let usable = if may_use_reserve {
+        available
+    } else {
+        available.saturating_sub(reserve)
+    };
+    let need = target.min(lp.min_credit).max(1);
+    if usable < need {
+        let reason = if available >= need {
+            DenyReason::ReserveOnly
+        } else {
+            DenyReason::Exhausted
+        };
+        let missing = need + if may_use_reserve { 0 } else { reserve } - usable;
+        return Err((reason, retry_after_ns(account, missing, horizon_ns)));
+    }
+    Ok(target.min(usable))
+}
+
+fn reserve_units(ceiling: u64, reserve_ppm: u64) -> u64 {
+    let units = u128::from(ceiling) * u128::from(reserve_ppm) / u128::from(PPM);
+    u64::try_from(units).unwrap_or(u64::MAX)
+}
+
+fn retry_after_ns(account: &Account, missing: u64, horizon_ns: u64) -> u64 {
+    match &account.supply {
+        super::account::Supply::Bucket(b) => b.rate().ns_until(missing, 0).max(1),
+        super::account::Supply::Upstream(_) => horizon_ns.max(1),
+    }
+}
+
+/// The asking holder's fair share per horizon when active holders together want more than
+/// the key can supply; `None` when the key is not contended.
+fn contended_share(
+    account: &Account,
+    params: &PolicyParams,
+    ask: &Ask<'_>,
+    now: Nanos,
+) -> Option<u64> {
+    let lp = &params.lease;
+    let horizon_ns = lp.refresh_horizon_ms.saturating_mul(NS_PER_MS);
+    let active_ns = lp.ttl_ms.saturating_mul(NS_PER_MS);
+    let capacity = account.capacity(horizon_ns);
+    let mut claims = Vec::new();
+    let mut mine = None;
+    for (id, slot) in &account.holders {
+        let active = slot.current.is_some() || now.saturating_since(slot.last_seen) < active_ns;
+        if !active {
+            continue;
+        }
+        let mut demand = demand_per_horizon(slot.demand_milli_per_sec, lp.refresh_horizon_ms);
+        if id == ask.holder_id {
+            demand = demand.max(ask.want);
+            mine = Some(claims.len());
+        }
+        claims.push(Claim {
+            demand,
+            weight: weight_of(slot.priority),
+        });
+    }
+    let mine = mine?;
+    if claims.iter().filter(|c| c.demand > 0).count() < 2 {
+        // Nobody to be fair to: a lone holder with demand may take the burst.
+        return None;
+    }
+    let total: u128 = claims.iter().map(|c| u128::from(c.demand)).sum();
+    if total <= u128::from(capacity) {
+        return None;
+    }
+    Some(max_min_shares(capacity, &claims)[mine])
+}

@@ -1,0 +1,240 @@
+//! Examples of each ledger command; the randomised promises live in `tests/ledger_*.rs`.
+
+use super::*;
+use crate::rate::Rate;
+
+const SEC: u64 = 1_000_000_000;
+
+fn params(version: u64) -> PolicyParams {
+    PolicyParams {
+        policy_id: "p".into(),
+        version,
+        rate: Rate::per_second(100).unwrap(),
+        burst: 1_000,
+        lease: LeaseParams {
+            ttl_ms: 10_000,
+            min_credit: 1,
+            max_credit: 500,
+            reserve_ppm: 100_000,
+            reserve_priority_min: 8,
+            refresh_horizon_ms: 2_000,
+        },
+    }
+}
+
+fn root() -> Ledger {
+    let mut l = Ledger::new(LedgerConfig::root("g"));
+    l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();
+    l
+}
+
+fn acquire(holder: &str, want: u64, request_id: u64) -> Command {
+    Command::Acquire(Acquire {
+        holder_id: holder.into(),
+        policy_id: "p".into(),
+        key: "k".into(),
+        want_credit: want,
+        demand_milli_per_sec: 0,
+        request_id,
+        priority: 0,
+    })
+}
+
+fn granted(o: Outcome) -> Grant {
+    match o {
+        Outcome::Granted(g) => *g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[test]
+fn grant_is_capped_by_max_credit_and_retry_replays() {
+    let mut l = root();
+    let g = granted(l.apply(Nanos(0), acquire("a", 800, 1)).unwrap());
+    assert_eq!(g.lease.credit, 500);
+    let again = granted(l.apply(Nanos(5), acquire("a", 800, 1)).unwrap());
+    assert_eq!(again, g, "a retried acquire must not grant twice");
+    assert_eq!(l.account("k").unwrap().outstanding, 500);
+    assert!(matches!(
+        l.apply(Nanos(6), acquire("a", 1, 0)),
+        Err(LedgerError::StaleRequest { .. })
+    ));
+}
+
+#[test]
+fn reserve_is_kept_for_high_priority() {
+    let mut l = root();
+    granted(l.apply(Nanos(0), acquire("a", 500, 1)).unwrap());
+    let g = granted(l.apply(Nanos(0), acquire("b", 500, 1)).unwrap());
+    assert_eq!(g.lease.credit, 400, "100 of 1000 is reserve");
+    let denied = l.apply(Nanos(0), acquire("c", 10, 1)).unwrap();
+    assert!(matches!(
+        denied,
+        Outcome::Denied {
+            reason: DenyReason::ReserveOnly,
+            ..
+        }
+    ));
+    let mut vip = acquire("d", 10, 1);
+    if let Command::Acquire(a) = &mut vip {
+        a.priority = 9;
+    }
+    assert_eq!(granted(l.apply(Nanos(0), vip).unwrap()).lease.credit, 10);
+}
+
+#[test]
+fn release_returns_unused_and_closes_for_good() {
+    let mut l = root();
+    let lease = granted(l.apply(Nanos(0), acquire("a", 300, 1)).unwrap()).lease;
+    let rel = Command::Release(Release {
+        holder_id: "a".into(),
+        lease_id: lease.lease_id,
+        final_used: 120,
+        request_id: 2,
+    });
+    let out = l.apply(Nanos(SEC), rel.clone()).unwrap();
+    assert_eq!(
+        out,
+        Outcome::Released {
+            reclaimed: 180,
+            stranded: 0
+        }
+    );
+    assert_eq!(l.apply(Nanos(SEC), rel).unwrap(), out, "retry replays");
+    let late = Command::Report(Report {
+        holder_id: "a".into(),
+        lease_id: lease.lease_id,
+        used: 120,
+        return_credit: 0,
+        want_credit: 10,
+        demand_milli_per_sec: 0,
+        request_id: 3,
+        priority: 0,
+    });
+    assert!(matches!(
+        l.apply(Nanos(SEC), late),
+        Err(LedgerError::LeaseClosed { .. })
+    ));
+    let acct = l.account("k").unwrap();
+    assert_eq!(acct.outstanding, 0);
+    assert_eq!(acct.stats.used, 120);
+    assert!(l.conserved());
+}
+
+#[test]
+fn expiry_strands_unreported_credit() {
+    let mut l = root();
+    let lease = granted(l.apply(Nanos(0), acquire("a", 300, 1)).unwrap()).lease;
+    let report = Command::Report(Report {
+        holder_id: "a".into(),
+        lease_id: lease.lease_id,
+        used: 100,
+        return_credit: 50,
+        want_credit: 0,
+        demand_milli_per_sec: 0,
+        request_id: 2,
+        priority: 0,
+    });
+    let renewed = granted(l.apply(Nanos(SEC), report).unwrap()).lease;
+    assert_eq!(renewed.credit, 250);
+    assert_eq!(renewed.issued_at_ns, SEC);
+    let out = l.apply(Nanos(11 * SEC), Command::Tick).unwrap();
+    assert_eq!(
+        out,
+        Outcome::Ticked {
+            expired: 0,
+            stranded: 0
+        },
+        "grace not over"
+    );
+    let out = l.apply(Nanos(12 * SEC), Command::Tick).unwrap();
+    assert_eq!(
+        out,
+        Outcome::Ticked {
+            expired: 1,
+            stranded: 150
+        }
+    );
+    assert_eq!(l.account("k").unwrap().stats.stranded, 150);
+    assert!(l.conserved());
+}
+
+#[test]
+fn stale_version_gets_a_replacement_and_old_lease_closes() {
+    let mut l = root();
+    let old = granted(l.apply(Nanos(0), acquire("a", 100, 1)).unwrap()).lease;
+    l.apply(Nanos(1), Command::PutPolicy(params(2))).unwrap();
+    let report = Command::Report(Report {
+        holder_id: "a".into(),
+        lease_id: old.lease_id,
+        used: 10,
+        return_credit: 0,
+        want_credit: 50,
+        demand_milli_per_sec: 0,
+        request_id: 2,
+        priority: 0,
+    });
+    let g = granted(l.apply(Nanos(2), report).unwrap());
+    let new = g.replacement.expect("replacement under version 2");
+    assert_eq!(new.policy_version, 2);
+    assert_eq!(l.lease(old.lease_id).unwrap().state, LeaseState::Closing);
+    assert!(l.conserved());
+}
+
+#[test]
+fn outstanding_credit_holds_back_refill() {
+    let mut l = root();
+    granted(l.apply(Nanos(0), acquire("a", 500, 1)).unwrap());
+    granted(l.apply(Nanos(0), acquire("b", 400, 1)).unwrap());
+    l.apply(Nanos(100 * SEC), Command::Tick).unwrap();
+    // Leases expired and were written off: bucket may refill to the whole burst again.
+    let acct = l.account("k").unwrap().clone();
+    assert_eq!(acct.outstanding, 0);
+    let mut l2 = root();
+    granted(l2.apply(Nanos(0), acquire("a", 500, 1)).unwrap());
+    granted(l2.apply(Nanos(0), acquire("b", 400, 1)).unwrap());
+    // Nine seconds later, at 100/s, the bucket would hold 1000 without the cap.
+    let c = l2.apply(Nanos(9 * SEC), acquire("c", 500, 1)).unwrap();
+    assert!(
+        matches!(
+            c,
+            Outcome::Denied {
+                reason: DenyReason::ReserveOnly,
+                ..
+            }
+        ),
+        "burst 1000 - outstanding 900 leaves only the 100 reserve: {c:?}"
+    );
+    assert_eq!(l2.account("k").unwrap().free_now(), 100);
+}
+
+#[test]
+fn delegated_ledger_subleases_only_upstream_credit() {
+    let mut l = Ledger::new(LedgerConfig::delegated("region"));
+    l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();
+    assert!(matches!(
+        l.apply(Nanos(0), acquire("a", 10, 1)).unwrap(),
+        Outcome::Denied {
+            reason: DenyReason::Exhausted,
+            ..
+        }
+    ));
+    let up = UpstreamLease {
+        policy_id: "p".into(),
+        key: "k".into(),
+        upstream_lease_id: 77,
+        credit: 200,
+        deadline: Nanos(3 * SEC),
+    };
+    l.apply(Nanos(0), Command::UpstreamGranted(up)).unwrap();
+    let g = granted(l.apply(Nanos(SEC), acquire("a", 500, 2)).unwrap());
+    assert_eq!(g.lease.credit, 180, "10% reserve of the 200 pool");
+    assert_eq!(g.lease.parent_lease_id, Some(77));
+    assert!(
+        g.lease.grantor_expiry_ns() <= 3 * SEC,
+        "never outlives upstream"
+    );
+    let pos = l.upstream_position("k").unwrap();
+    assert_eq!((pos.idle, pos.used, pos.final_used), (20, 0, 180));
+    assert!(l.conserved());
+}

@@ -1,0 +1,142 @@
+//! A delegated ledger's own credit: what its upstream lease brought in and what goes back.
+
+use super::account::Supply;
+use super::command::{Outcome, UpstreamLease};
+use super::error::LedgerError;
+use super::{Ledger, Role};
+use crate::time::Nanos;
+
+impl Ledger {
+    pub(super) fn upstream_granted(
+        &mut self,
+        u: UpstreamLease,
+        now: Nanos,
+    ) -> Result<Outcome, LedgerError> {
+        if self.config.role != Role::Delegated {
+            return Err(LedgerError::NotDelegated);
+        }
+        let (acct, _) = self.account_for(&u.policy_id, &u.key, now)?;
+        let Supply::Upstream(sup) = &mut acct.supply else {
+            return Err(LedgerError::NotDelegated);
+        };
+        match sup.lease_id {
+            Some(active) if active != u.upstream_lease_id => {
+                return Err(LedgerError::UpstreamLeaseActive {
+                    key: u.key,
+                    active,
+                    offered: u.upstream_lease_id,
+                })
+            }
+            Some(_) if u.credit < sup.credit_known => {
+                return Err(LedgerError::UpstreamCreditDecreased {
+                    lease_id: u.upstream_lease_id,
+                    credit: u.credit,
+                    known: sup.credit_known,
+                })
+            }
+            _ => {}
+        }
+        let fresh = sup.lease_id.is_none();
+        let added = if fresh {
+            u.credit
+        } else {
+            u.credit - sup.credit_known
+        };
+        if fresh {
+            sup.consumed = 0;
+            sup.on_lease = 0;
+        }
+        sup.lease_id = Some(u.upstream_lease_id);
+        sup.credit_known = u.credit;
+        sup.idle += added;
+        // A newer version is measured from a later send, so its deadline is not earlier;
+        // taking the newest as given keeps every later sub-lease inside it.
+        sup.deadline = u.deadline;
+        acct.stats.received += added;
+        Ok(Outcome::Done)
+    }
+
+    pub(super) fn upstream_return(
+        &mut self,
+        key: &str,
+        units: u64,
+    ) -> Result<Outcome, LedgerError> {
+        let acct = self.delegated_account(key)?;
+        let Supply::Upstream(sup) = &mut acct.supply else {
+            return Err(LedgerError::NotDelegated);
+        };
+        if sup.idle < units {
+            return Err(LedgerError::NotEnoughIdle {
+                key: key.to_string(),
+                idle: sup.idle,
+                asked: units,
+            });
+        }
+        sup.idle -= units;
+        sup.credit_known -= units;
+        acct.stats.returned_upstream += units;
+        Ok(Outcome::Done)
+    }
+
+    pub(super) fn upstream_closed(
+        &mut self,
+        key: &str,
+        released: bool,
+    ) -> Result<Outcome, LedgerError> {
+        let acct = self.delegated_account(key)?;
+        let Supply::Upstream(sup) = &mut acct.supply else {
+            return Err(LedgerError::NotDelegated);
+        };
+        if released {
+            acct.stats.returned_upstream += sup.idle;
+        } else {
+            acct.stats.lost_upstream += sup.idle;
+        }
+        // Sub-leases still out stay on this key's books; what they hand back later belongs
+        // to the closed lease and is dropped, never re-granted.
+        sup.idle = 0;
+        sup.lease_id = None;
+        sup.credit_known = 0;
+        sup.consumed = 0;
+        sup.on_lease = 0;
+        Ok(Outcome::Done)
+    }
+
+    /// What a delegated ledger tells its upstream about `key`.
+    pub fn upstream_position(&self, key: &str) -> Option<UpstreamPosition> {
+        match &self.accounts.get(key)?.supply {
+            Supply::Upstream(u) => Some(UpstreamPosition {
+                upstream_lease_id: u.lease_id?,
+                credit: u.credit_known,
+                idle: u.idle,
+                used: u.consumed,
+                final_used: u.consumed + u.on_lease,
+            }),
+            Supply::Bucket(_) => None,
+        }
+    }
+
+    fn delegated_account(&mut self, key: &str) -> Result<&mut super::Account, LedgerError> {
+        if self.config.role != Role::Delegated {
+            return Err(LedgerError::NotDelegated);
+        }
+        self.accounts
+            .get_mut(key)
+            .ok_or_else(|| LedgerError::UnknownKey(key.to_string()))
+    }
+}
+
+/// A delegated key's standing towards its upstream lease. Invariant:
+/// `credit = idle + on_lease + used` where `final_used = used + on_lease`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamPosition {
+    pub upstream_lease_id: crate::lease::LeaseId,
+    pub credit: u64,
+    /// Free to sub-lease or to return upstream.
+    pub idle: u64,
+    /// Usage to report upstream: spent or written off by sub-holders. Never decreases.
+    pub used: u64,
+    /// Usage to state when releasing the upstream lease now: sub-leases still out cannot
+    /// come back to it, so they count as spent.
+    pub final_used: u64,
+}

@@ -274,18 +274,22 @@ impl World {
         self.upstream = Some(mine);
     }
 
+    /// Releases the upstream lease once no sub-lease of it is out (before that, its credit
+    /// may still be spent and must stay outstanding upstream).
     fn up_release(&mut self) {
+        let Some(pos) = self.region.upstream_position("k") else {
+            return;
+        };
+        let Some(final_used) = pos.final_used() else {
+            return;
+        };
         let Some(up) = self.upstream.take() else {
             return;
         };
-        let pos = self
-            .region
-            .upstream_position("k")
-            .expect("region holds upstream");
         let cmd = Command::Release(Release {
             holder_id: "region".into(),
             lease_id: up.lease_id,
-            final_used: pos.final_used,
+            final_used,
             request_id: self.next_request(),
         });
         self.root.apply(Nanos(self.now), cmd).unwrap();

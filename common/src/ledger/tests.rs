@@ -235,6 +235,7 @@ fn delegated_ledger_subleases_only_upstream_credit() {
         "never outlives upstream"
     );
     let pos = l.upstream_position("k").unwrap();
-    assert_eq!((pos.idle, pos.used, pos.final_used), (20, 0, 180));
+    assert_eq!((pos.idle, pos.on_lease, pos.used), (20, 180, 0));
+    assert_eq!(pos.final_used(), None, "sub-leases out: cannot release yet");
     assert!(l.conserved());
 }

@@ -109,8 +109,8 @@ impl Ledger {
                 upstream_lease_id: u.lease_id?,
                 credit: u.credit_known,
                 idle: u.idle,
+                on_lease: u.on_lease,
                 used: u.consumed,
-                final_used: u.consumed + u.on_lease,
             }),
             Supply::Bucket(_) => None,
         }
@@ -126,17 +126,25 @@ impl Ledger {
     }
 }
 
-/// A delegated key's standing towards its upstream lease. Invariant:
-/// `credit = idle + on_lease + used` where `final_used = used + on_lease`.
+/// A delegated key's standing towards its upstream lease: `credit = idle + on_lease + used`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamPosition {
     pub upstream_lease_id: crate::lease::LeaseId,
     pub credit: u64,
     /// Free to sub-lease or to return upstream.
     pub idle: u64,
+    /// Out on sub-leases that may still be spent.
+    pub on_lease: u64,
     /// Usage to report upstream: spent or written off by sub-holders. Never decreases.
     pub used: u64,
-    /// Usage to state when releasing the upstream lease now: sub-leases still out cannot
-    /// come back to it, so they count as spent.
-    pub final_used: u64,
+}
+
+impl UpstreamPosition {
+    /// The final usage to release the upstream lease with, once no sub-lease of it is
+    /// out. While sub-leases are out, their credit may still be spent later, and stating it
+    /// spent now would let the upstream refill for it early; the upstream lease must then
+    /// be left to run out (idle credit can still be returned through a report).
+    pub fn final_used(&self) -> Option<u64> {
+        (self.on_lease == 0).then_some(self.used)
+    }
 }

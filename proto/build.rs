@@ -17,6 +17,9 @@ const PROTO_FILES: &[&str] = &[
     "envoy/service/ratelimit/v3/rls.proto",
     "leasehold/v1/common.proto",
     "leasehold/v1/lease.proto",
+    "leasehold/v1/admin_policy.proto",
+    "leasehold/v1/admin_budget.proto",
+    "leasehold/v1/admin_cluster.proto",
     "leasehold/v1/admin.proto",
     "leasehold/v1/admit.proto",
 ];
@@ -28,9 +31,8 @@ const DESCRIPTOR_FILE: &str = "leasehold_descriptor.bin";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = Path::new(PROTO_ROOT);
-    for file in PROTO_FILES {
-        println!("cargo:rerun-if-changed={}", root.join(file).display());
-    }
+    // A directory makes cargo rescan everything under it, new files included.
+    println!("cargo:rerun-if-changed={PROTO_ROOT}");
     println!("cargo:rerun-if-changed=build.rs");
 
     let files: Vec<PathBuf> = PROTO_FILES.iter().map(|f| root.join(f)).collect();

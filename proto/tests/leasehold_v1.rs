@@ -121,7 +121,11 @@ fn leasehold_files(d: &Descriptors) -> Vec<&FileDescriptorProto> {
         .iter()
         .filter(|f| f.package() == "leasehold.v1")
         .collect();
-    assert_eq!(files.len(), 4, "common, lease, admin, admit");
+    assert_eq!(
+        files.len(),
+        7,
+        "common, lease, admit, admin and its three message files"
+    );
     files
 }
 
@@ -234,4 +238,21 @@ fn enums_reserve_zero_for_unspecified() {
             );
         }
     }
+}
+
+#[test]
+fn descriptor_set_is_self_contained_for_reflection() {
+    // A reflection client resolves every import from the same set, well-known types included.
+    let d = Descriptors::load();
+    let names: Vec<&str> = d.files().iter().map(|f| f.name()).collect();
+    for file in d.files() {
+        for import in &file.dependency {
+            assert!(
+                names.contains(&import.as_str()),
+                "{} imports {import}",
+                file.name()
+            );
+        }
+    }
+    assert!(names.contains(&"google/protobuf/duration.proto"));
 }

@@ -66,6 +66,8 @@ struct Held {
     spent: u64,
     deadline: u64,
     generation: u64,
+    /// Credit handed back over the lease's life (reports carry the running total).
+    returned: u64,
 }
 
 #[derive(Default)]
@@ -209,12 +211,14 @@ impl World {
         let give_back = (l.credit - l.spent) * give_back_pct / 100;
         // Handed-back credit stops being spendable before the report leaves.
         self.holders[h].leases[idx].credit -= give_back;
+        self.holders[h].leases[idx].returned += give_back;
+        let returned = self.holders[h].leases[idx].returned;
         let request_id = self.holders[h].request();
         let cmd = Command::Report(Report {
             holder_id: self.holders[h].id(h),
             lease_id: l.lease_id,
             used: l.spent,
-            return_credit: give_back,
+            return_credit: returned,
             want_credit: want,
             demand_milli_per_sec: 0,
             request_id,
@@ -291,6 +295,7 @@ fn held(lease: &leasehold_common::lease::Lease, sent_at: u64) -> Held {
         spent: 0,
         deadline: sent_at + lease.ttl_ms * MS,
         generation: lease.generation,
+        returned: 0,
     }
 }
 

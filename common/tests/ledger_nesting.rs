@@ -73,6 +73,8 @@ struct Held {
     spent: u64,
     deadline: u64,
     generation: u64,
+    /// Credit handed back over the lease's life (reports carry the running total).
+    returned: u64,
 }
 
 fn held(lease: &Lease, sent_at: u64) -> Held {
@@ -82,6 +84,7 @@ fn held(lease: &Lease, sent_at: u64) -> Held {
         spent: 0,
         deadline: sent_at + lease.ttl_ms * MS,
         generation: lease.generation,
+        returned: 0,
     }
 }
 
@@ -250,11 +253,12 @@ impl World {
             units: give_back,
         };
         self.region.apply(Nanos(self.now), ret).unwrap();
+        let returned = up.returned + give_back;
         let cmd = Command::Report(Report {
             holder_id: "region".into(),
             lease_id: up.lease_id,
             used: pos.used,
-            return_credit: give_back,
+            return_credit: returned,
             want_credit: want,
             demand_milli_per_sec: 0,
             request_id: self.next_request(),
@@ -265,6 +269,7 @@ impl World {
             other => panic!("root refused an honest report: {other:?}"),
         };
         let mut mine = up;
+        mine.returned = returned;
         mine.credit = g.lease.credit;
         if g.lease.generation > mine.generation {
             mine.generation = g.lease.generation;
@@ -337,11 +342,13 @@ impl World {
         let l = self.holders[h].1[idx].clone();
         let give_back = (l.credit - l.spent) * give_back_pct / 100;
         self.holders[h].1[idx].credit -= give_back;
+        self.holders[h].1[idx].returned += give_back;
+        let returned = self.holders[h].1[idx].returned;
         let cmd = Command::Report(Report {
             holder_id: format!("a{h}-{}", self.holders[h].0),
             lease_id: l.lease_id,
             used: l.spent,
-            return_credit: give_back,
+            return_credit: returned,
             want_credit: want,
             demand_milli_per_sec: 0,
             request_id: self.next_request(),

@@ -32,6 +32,8 @@ pub struct LeaseRecord {
     pub lease: Lease,
     /// Cumulative usage reported so far.
     pub used: u64,
+    /// Cumulative credit handed back so far (already taken off `lease.credit`).
+    pub returned: u64,
     pub state: LeaseState,
     /// When the grantor writes the lease off: expiry plus grace, on the ledger timeline.
     pub write_off_at: Nanos,

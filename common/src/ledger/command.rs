@@ -30,7 +30,9 @@ pub struct Report {
     pub lease_id: LeaseId,
     /// Units spent under the lease since it was first granted.
     pub used: u64,
-    /// Units the holder stopped being able to spend before sending this report.
+    /// Units handed back over the lease's whole life, this report's included (cumulative,
+    /// like `used`, so a lost report's hand-back is carried by the next one). The holder
+    /// stopped being able to spend them before sending.
     pub return_credit: u64,
     /// Extra credit wanted; zero renews the expiry only.
     pub want_credit: u64,

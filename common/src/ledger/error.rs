@@ -43,6 +43,12 @@ pub enum LedgerError {
         used: u64,
         reported: u64,
     },
+    #[error("lease {lease_id}: returned total {returned} is below the {known} already returned")]
+    ReturnDecreased {
+        lease_id: LeaseId,
+        returned: u64,
+        known: u64,
+    },
     #[error("lease {lease_id}: usage {used} plus returned {returned} exceeds credit {credit}")]
     UsageExceedsCredit {
         lease_id: LeaseId,

@@ -48,7 +48,11 @@ impl Ledger {
     pub(super) fn report(&mut self, r: Report, now: Nanos) -> Result<Outcome, LedgerError> {
         let rec = self.live_record(r.lease_id, &r.holder_id, "reported on")?;
         let key = rec.lease.key.clone();
-        let (used_before, credit) = (rec.used, rec.lease.credit);
+        let usage = Usage {
+            used: rec.used,
+            returned: rec.returned,
+            granted: rec.lease.credit + rec.returned,
+        };
         let policy_id = rec.lease.policy_id.clone();
         {
             let holders_max = self.config.limits.holders_per_key_max;
@@ -66,8 +70,8 @@ impl Ledger {
             slot.priority = r.priority;
             slot.last_seen = now;
         }
-        check_usage(r.lease_id, r.used, r.return_credit, used_before, credit)?;
-        self.settle(r.lease_id, r.used, r.return_credit, now);
+        usage.check(r.lease_id, r.used, r.return_credit)?;
+        self.settle(r.lease_id, r.used, r.return_credit - usage.returned, now);
         let outcome = self.renew(&key, &r, now)?;
         self.remember(&key, &r.holder_id, r.request_id, &outcome);
         Ok(outcome)
@@ -80,9 +84,13 @@ impl Ledger {
             }
         }
         let rec = self.live_record(r.lease_id, &r.holder_id, "released")?;
-        let (used_before, credit) = (rec.used, rec.lease.credit);
-        check_usage(r.lease_id, r.final_used, 0, used_before, credit)?;
-        let unused = credit - r.final_used;
+        let usage = Usage {
+            used: rec.used,
+            returned: rec.returned,
+            granted: rec.lease.credit + rec.returned,
+        };
+        usage.check(r.lease_id, r.final_used, rec.returned)?;
+        let unused = rec.lease.credit - r.final_used;
         self.settle(r.lease_id, r.final_used, unused, now);
         let outcome = Outcome::Released {
             reclaimed: unused,
@@ -148,6 +156,7 @@ impl Ledger {
                 let delta = used - rec.used;
                 rec.used = used;
                 rec.lease.credit -= handed_back;
+                rec.returned += handed_back;
                 (rec.lease.key.clone(), delta, rec.lease.parent_lease_id)
             })
             .expect("settle on a live lease");
@@ -324,6 +333,7 @@ impl Ledger {
         self.book.insert(LeaseRecord {
             lease: lease.clone(),
             used: 0,
+            returned: 0,
             state: LeaseState::Active,
             write_off_at,
         });
@@ -400,29 +410,41 @@ fn replay(slot: &HolderSlot, request_id: u64) -> Result<Option<Outcome>, LedgerE
     Ok(None)
 }
 
-fn check_usage(
-    lease_id: LeaseId,
+/// A lease's usage as the ledger last heard it.
+struct Usage {
     used: u64,
     returned: u64,
-    reported: u64,
-    credit: u64,
-) -> Result<(), LedgerError> {
-    if used < reported {
-        return Err(LedgerError::UsageDecreased {
-            lease_id,
-            used,
-            reported,
-        });
+    /// Everything ever granted on the lease: current credit plus what was handed back.
+    granted: u64,
+}
+
+impl Usage {
+    /// Checks a newer statement of cumulative `used` and `returned` against this one.
+    fn check(&self, lease_id: LeaseId, used: u64, returned: u64) -> Result<(), LedgerError> {
+        if used < self.used {
+            return Err(LedgerError::UsageDecreased {
+                lease_id,
+                used,
+                reported: self.used,
+            });
+        }
+        if returned < self.returned {
+            return Err(LedgerError::ReturnDecreased {
+                lease_id,
+                returned,
+                known: self.returned,
+            });
+        }
+        if used.checked_add(returned).is_none_or(|t| t > self.granted) {
+            return Err(LedgerError::UsageExceedsCredit {
+                lease_id,
+                used,
+                returned,
+                credit: self.granted,
+            });
+        }
+        Ok(())
     }
-    if used.checked_add(returned).is_none_or(|t| t > credit) {
-        return Err(LedgerError::UsageExceedsCredit {
-            lease_id,
-            used,
-            returned,
-            credit,
-        });
-    }
-    Ok(())
 }
 
 /// The holder's slot on a key, made room for by dropping holders idle past a lease ttl.

@@ -2,10 +2,10 @@
 //!
 //! GCRA keeps one instant, the theoretical arrival time (TAT): the time at which the
 //! schedule of everything admitted so far would have drained at rate `r`. A cost `c` is
-//! admitted at `now` when `max(TAT, now) + c·T ≤ now + B·T`, where `T = period/units` is the
-//! emission interval of one unit.
+//! admitted at `now` when `max(TAT, now) + c·I ≤ now + B·I`, where `I = period/units` is
+//! the emission interval of one unit.
 //!
-//! `T` is rarely a whole number of nanoseconds, and rounding it either way is wrong: down
+//! `I` is rarely a whole number of nanoseconds, and rounding it either way is wrong: down
 //! mints credit, up under-serves the rate. So the TAT is kept exactly, in *scaled*
 //! nanoseconds (`ns × units`), where one unit's emission interval is exactly `period_ns`
 //! and every comparison is an integer comparison.
@@ -13,7 +13,7 @@
 //! # Bound
 //!
 //! GCRA is a continuous token bucket in disguise: the credit at `t` is
-//! `B − max(0, TAT − t)/T`, never above `B`, growing at exactly `r` and spent by admissions.
+//! `B − max(0, TAT − t)/I`, never above `B`, growing at exactly `r` and spent by admissions.
 //! So the units admitted at times in any closed interval `[a, b]`, `T = b − a`, number at
 //! most `B + ⌊r·T⌋` (the same bound as [`TokenBucket`](super::TokenBucket)), with no
 //! rounding slack.
@@ -93,8 +93,8 @@ impl Gcra {
         if burst == 0 {
             return Err(GcraError::ZeroBurst);
         }
-        // The burst window B·T must be a representable duration, so that the TAT of a
-        // drained limiter (at most `now + B·T`) stays on the u64 timeline.
+        // The burst window B·I must be a representable duration, so that the TAT of a
+        // drained limiter (at most `now + B·I`) stays on the u64 timeline.
         if rate.ns_until(burst, 0) == u64::MAX {
             return Err(GcraError::BurstWindowTooLong {
                 burst,
@@ -147,7 +147,7 @@ impl Gcra {
         u128::from(self.tat_ns) * self.units() + u128::from(self.tat_frac)
     }
 
-    /// `B·T` in scaled nanoseconds.
+    /// `B·I` in scaled nanoseconds.
     fn burst_scaled(&self) -> u128 {
         u128::from(self.burst) * self.period()
     }
@@ -173,7 +173,7 @@ impl Gcra {
     /// Smallest wait after `now_s` at which `cost` (≤ burst) fits, given the current TAT.
     fn wait_ns(&self, now_s: u128, cost: u64) -> u64 {
         let cost_s = u128::from(cost) * self.period();
-        // Admissible once `now' ≥ TAT + c·T − B·T`; `now'` is whole nanoseconds, so round up.
+        // Admissible once `now' ≥ TAT + c·I − B·I`; `now'` is whole nanoseconds, so round up.
         let allow_at =
             (self.tat_scaled().saturating_add(cost_s)).saturating_sub(self.burst_scaled());
         let wait_s = allow_at.saturating_sub(now_s);
@@ -229,7 +229,7 @@ impl Limiter for Gcra {
         let units = cost.min(self.last_admit_units);
         self.last_admit_units -= units;
         // Every charge at the latest admission time sits on top of `max(TAT_before, t)`,
-        // so removing `units` of them lowers the TAT by exactly `units·T`.
+        // so removing `units` of them lowers the TAT by exactly `units·I`.
         let tat = self.tat_scaled() - u128::from(units) * self.period();
         self.store_tat(tat);
     }
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn retry_after_is_exact_with_fractional_interval() {
-        // 3 units per 1 s: T = 333_333_333.33… ns.
+        // 3 units per 1 s: I = 333_333_333.33… ns.
         let mut g = Gcra::full(rate(3, 1_000_000_000), 2, Nanos(0)).unwrap();
         assert!(g.try_take(2, Nanos(0)).is_admit());
         let Decision::Deny { retry_after_ns, .. } = g.try_take(2, Nanos(0)) else {

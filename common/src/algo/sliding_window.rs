@@ -125,7 +125,7 @@ impl SlidingWindow {
     /// Exact wait from `e` nanoseconds into the current window until `cost ≤ limit` fits,
     /// if nothing else spends meanwhile.
     fn wait_ns(&self, elapsed_ns: u64, cost: u64) -> u64 {
-        let now = Nanos(self.last.0);
+        let now = self.last;
         if let Some(room) = self.limit.checked_sub(self.current.saturating_add(cost)) {
             let at = self.first_fit(self.previous, room);
             if at < self.window_ns {

@@ -4,8 +4,18 @@
 //! the state's last update is treated as no elapsed time (P3): no algorithm refills,
 //! rewinds a window, or forgets a charge because the clock stepped back.
 
+pub mod calendar;
+pub mod calendar_period;
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_window;
 pub mod token_bucket;
 
+pub use calendar::CalendarQuota;
+pub use calendar_period::{CalendarError, CalendarPeriod, CalendarSchedule};
+pub use fixed_window::{FixedWindow, WindowError};
+pub use gcra::{Gcra, GcraError};
+pub use sliding_window::SlidingWindow;
 pub use token_bucket::TokenBucket;
 
 use crate::time::Nanos;

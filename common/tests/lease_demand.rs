@@ -1,7 +1,7 @@
 //! The demand meter: exact integer rates over a sliding window, bounded memory, and no
 //! harm from a clock that stands still or steps back.
 
-use leasehold_common::lease::{Demand, DemandMeter};
+use leasehold_common::lease::{Demand, DemandMeter, HolderConfig};
 use leasehold_common::time::Nanos;
 use proptest::prelude::*;
 
@@ -56,6 +56,20 @@ fn clock_rollback_counts_as_no_elapsed_time() {
         2 * before.milli_per_s()
     );
     assert_eq!(m.rate(Nanos(2 * SEC)), m.rate(Nanos(0)));
+}
+
+#[test]
+fn config_sizes_the_meter() {
+    let m = HolderConfig::default().demand_meter(Nanos::ZERO).unwrap();
+    assert_eq!(m.window_ns(), 4 * SEC);
+    let bad = HolderConfig {
+        max_request_credit: 0,
+        ..HolderConfig::default()
+    };
+    assert_eq!(
+        bad.demand_meter(Nanos::ZERO).unwrap_err().field,
+        "max_request_credit"
+    );
 }
 
 #[test]

@@ -63,7 +63,8 @@ fn key_id_is_prefixed_hex_of_the_public_key_digest() {
     assert_ne!(id, signer().key_id(), "different keys, different ids");
 }
 
-type Tamper = (&'static str, fn(&mut Lease));
+type Edit = fn(&mut Lease);
+type Tamper = (&'static str, Edit);
 
 /// One mutation per field (`key_id` is covered by
 /// `key_id_swapped_to_another_trusted_key_fails`, since pointing it at an unknown key is a
@@ -277,7 +278,7 @@ fn encoding_ignores_only_the_signature() {
 
 #[test]
 fn crafted_ambiguous_pairs_encode_differently() {
-    let pairs: Vec<(fn(&mut Lease), fn(&mut Lease))> = vec![
+    let pairs: Vec<(Edit, Edit)> = vec![
         (
             |l| (l.key, l.holder_id) = ("ab".into(), "c".into()),
             |l| (l.key, l.holder_id) = ("a".into(), "bc".into()),

@@ -3,6 +3,10 @@
 //! A fixed ring of per-slot counts covers a sliding window; memory is set at construction
 //! and never grows. All arithmetic is integer: the rate is kept in milli-units per second
 //! so a slow key (a few units a minute) is not rounded to zero.
+//!
+//! Feed the meter with the units *offered* (admitted and refused alike): a holder whose
+//! lease ran dry admits nothing, and a meter of admitted units would then read no demand
+//! and never ask for more.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,12 +23,15 @@ const MILLI: u128 = 1_000;
 pub struct Demand(pub u64);
 
 impl Demand {
+    /// No demand.
     pub const ZERO: Demand = Demand(0);
 
+    /// `units` whole units per second.
     pub const fn from_units_per_s(units: u64) -> Demand {
         Demand(units.saturating_mul(1_000))
     }
 
+    /// The rate in milli-units per second.
     pub const fn milli_per_s(self) -> u64 {
         self.0
     }

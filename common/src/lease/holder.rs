@@ -157,10 +157,12 @@ impl HeldLease {
         &self.lease
     }
 
+    /// The held lease's id.
     pub fn lease_id(&self) -> LeaseId {
         self.lease.lease_id
     }
 
+    /// Where the lease is in its life.
     pub fn state(&self) -> LeaseState {
         self.state
     }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::demand::DemandMeter;
 use crate::time::Nanos;
 
 /// Parts per million in one.
@@ -177,7 +178,14 @@ impl HolderConfig {
         sent_at.saturating_add_ns(self.valid_for_ns(ttl_ms))
     }
 
+    /// `refresh_horizon_ms` in nanoseconds.
     pub fn refresh_horizon_ns(&self) -> u64 {
         self.refresh_horizon_ms.saturating_mul(NANOS_PER_MS)
+    }
+
+    /// An empty demand meter sized by this config, starting at `now`.
+    pub fn demand_meter(&self, now: Nanos) -> Result<DemandMeter, HolderConfigError> {
+        self.validate()?;
+        DemandMeter::new(self.demand_slot_ms, self.demand_slots, now)
     }
 }

@@ -10,8 +10,13 @@
 //!   clock later reads earlier (the newest reading seen is what counts).
 //!
 //! Reports are cumulative (`used`, `return_credit`), so a lost, repeated or reordered report
-//! can neither lose usage nor return the same credit twice: the grantor keeps the largest
-//! values it has seen.
+//! can neither lose usage nor return the same credit twice.
+//!
+//! What the grantor must do for this to hold: keep the largest `used` and `return_credit`
+//! it has received for the lease; sign each new version with `credit` = total granted minus
+//! that largest `return_credit`; and answer only a report it has applied. The holder asks
+//! for every renewal with a report built by [`HeldLease::report`], so it can tell which of
+//! its returns a version certainly reflects and keeps withholding the others.
 
 use std::collections::VecDeque;
 
@@ -187,7 +192,8 @@ impl HeldLease {
         self.returned
     }
 
-    /// The most `spent` may reach under the newest version.
+    /// The most `spent` may reach under the newest version (below `spent` when returns
+    /// not yet reflected exceed what is left).
     pub fn ceiling(&self) -> u64 {
         self.ceiling
     }
@@ -228,9 +234,13 @@ impl HeldLease {
         self.state == LeaseState::Expired || now.max(self.latest) >= self.deadline
     }
 
-    /// Adopts a newer version of this lease, answering a request or report sent at
-    /// `sent_at` (the same reading that was passed to [`Self::report`]). The deadline
-    /// becomes the new version's, even if that is earlier. On error nothing changes.
+    /// Adopts a newer version of this lease, answering the report sent at `sent_at` (the
+    /// reading passed to [`Self::report`]; the initial request's send time when no report
+    /// was sent yet). The deadline becomes the new version's, even if that is earlier, and
+    /// returns made after that report stay withheld. On error nothing changes.
+    ///
+    /// A version that arrives after the deadline passed but before any spend or report
+    /// noticed it is accepted: the grantor signing it shows it still held the lease.
     pub fn apply_renewal(&mut self, new: Lease, sent_at: Nanos) -> Result<(), RenewalError> {
         self.check_renewal(&new)?;
         let reflected = self.returns_reflected_at(sent_at);

@@ -49,5 +49,12 @@ impl Lease {
     }
 }
 
+pub mod demand;
 pub mod holder;
+pub mod holder_config;
 pub mod sign;
+
+pub use demand::{Demand, DemandMeter};
+pub use holder::{HeldLease, LeaseState, RenewalError, SpendError, UsageReport};
+pub use holder_config::{HolderConfig, HolderConfigError};
+pub use sign::{canonical_bytes, LeaseSigner, LeaseVerifier, SignatureError};

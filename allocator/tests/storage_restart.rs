@@ -3,16 +3,17 @@
 
 mod storage_support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use leasehold_allocator::raft::{Entry, Vote};
-use leasehold_allocator::storage::kv::{KeyRange, KvPair, ScanOrder, WriteBatch, WriteOp};
+use leasehold_allocator::storage::kv::{KeyRange, ScanOrder};
 use leasehold_allocator::storage::{
-    open, Keyspace, KvError, KvStore, SledKv, StateMachineStore, StorageLimits,
+    open, Keyspace, KvStore, SledKv, StateMachineStore, StorageLimits,
 };
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{LogState, RaftLogReader, RaftSnapshotBuilder, StorageHelper};
+use storage_support::recording_kv::RecordingKv;
 use storage_support::{blank, command, log_id, membership, open_at, test_options, CounterApplier};
 
 fn mixed_entries(first: u64, last: u64) -> Vec<Entry> {
@@ -99,66 +100,14 @@ async fn purge_and_truncate_survive_reopen_without_holes() {
     assert_eq!(all_entries(&mut log).await, vec![blank(3, 151)]);
 }
 
-/// Forwards to sled but fails log deletions while armed, as a crash in the middle of a purge
-/// would leave things.
-struct FailLogDeletes {
-    inner: SledKv,
-    armed: AtomicBool,
-}
-
-impl KvStore for FailLogDeletes {
-    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(ks, key)
-    }
-    fn put(&self, ks: Keyspace, key: &[u8], value: &[u8]) -> Result<(), KvError> {
-        self.inner.put(ks, key, value)
-    }
-    fn delete(&self, ks: Keyspace, key: &[u8]) -> Result<(), KvError> {
-        self.inner.delete(ks, key)
-    }
-    fn scan(
-        &self,
-        ks: Keyspace,
-        r: &KeyRange,
-        o: ScanOrder,
-        n: usize,
-    ) -> Result<Vec<KvPair>, KvError> {
-        self.inner.scan(ks, r, o, n)
-    }
-    fn write(&self, batch: WriteBatch) -> Result<(), KvError> {
-        let deletes_log = batch.ops().iter().any(|op| {
-            matches!(
-                op,
-                WriteOp::Delete {
-                    keyspace: Keyspace::Log,
-                    ..
-                }
-            )
-        });
-        if deletes_log && self.armed.load(Ordering::SeqCst) {
-            return Err(KvError::Database {
-                op: "write batch",
-                reason: "injected crash".into(),
-            });
-        }
-        self.inner.write(batch)
-    }
-    fn flush(&self) -> Result<(), KvError> {
-        self.inner.flush()
-    }
-    fn size_on_disk_bytes(&self) -> Result<u64, KvError> {
-        self.inner.size_on_disk_bytes()
-    }
-}
-
 #[tokio::test]
 async fn interrupted_purge_is_completed_on_open() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let kv = Arc::new(FailLogDeletes {
-            inner: SledKv::open(dir.path(), &test_options()).unwrap(),
-            armed: AtomicBool::new(true),
-        });
+        let kv = Arc::new(RecordingKv::new(
+            SledKv::open(dir.path(), &test_options()).unwrap(),
+        ));
+        kv.fail_log_deletes.store(true, Ordering::SeqCst);
         let (mut log, _sm) = open(
             kv.clone(),
             CounterApplier::default(),

@@ -36,6 +36,12 @@ pub enum StoreError {
         /// The configured limit.
         max_bytes: usize,
     },
+    /// A configured limit is zero, which would make the store unable to make progress.
+    #[error("storage limit `{field}` is 0; it must be at least 1")]
+    ZeroLimit {
+        /// Name of the offending limit.
+        field: &'static str,
+    },
     /// A blocking storage task (e.g. an fsync) panicked or was cancelled.
     #[error("blocking storage task `{task}` did not complete: {reason}")]
     BlockingTask {

@@ -74,13 +74,22 @@ fn index_range<RB: RangeBounds<u64>>(range: &RB) -> KeyRange {
 impl LogStore {
     /// Opens the log over `kv`, finishing any purge that a crash interrupted.
     pub fn open(kv: Arc<dyn KvStore>, limits: LogStoreLimits) -> Result<Self, StoreError> {
-        let limits = LogStoreLimits {
-            read_entries_max: limits.read_entries_max.max(1),
-            delete_chunk_entries: limits.delete_chunk_entries.max(1),
-        };
+        if limits.read_entries_max == 0 {
+            return Err(StoreError::ZeroLimit {
+                field: "read_entries_max",
+            });
+        }
+        if limits.delete_chunk_entries == 0 {
+            return Err(StoreError::ZeroLimit {
+                field: "delete_chunk_entries",
+            });
+        }
         let store = Self { kv, limits };
         if let Some(purged) = store.last_purged()? {
+            // A crash between persisting the purge point and deleting the entries leaves them
+            // behind; they are garbage below the purge point.
             store.delete_entries(index_range(&(..=purged.index)), ScanOrder::Ascending)?;
+            tracing::debug!(last_purged = %purged, "removed log entries up to the purge point");
         }
         Ok(store)
     }

@@ -74,6 +74,11 @@ impl<A: Applier> StateMachineStore<A> {
         mut applier: A,
         limits: StateMachineLimits,
     ) -> Result<Self, StoreError> {
+        if limits.snapshot_len_max_bytes == 0 {
+            return Err(StoreError::ZeroLimit {
+                field: "snapshot_len_max_bytes",
+            });
+        }
         let snapshots = SnapshotStore::new(kv);
         match snapshots.load()? {
             Some(stored) => {
@@ -239,6 +244,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachineStore<A> {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.leader_time_ns = body.leader_time_ns;
+        tracing::info!(snapshot = %meta, "installed snapshot");
         Ok(())
     }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod recording_kv;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

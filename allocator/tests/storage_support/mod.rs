@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod mem_kv;
 pub mod recording_kv;
 
 use std::collections::BTreeMap;

@@ -1,1 +1,5 @@
-//! (being written)
+//! The Leasehold allocator: the Raft-replicated service that owns credit buckets and grants
+//! leases.
+
+pub mod raft;
+pub mod storage;

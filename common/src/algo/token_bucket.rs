@@ -18,6 +18,10 @@ pub struct TokenBucket {
     tokens: u64,
     frac: u64,
     last: Nanos,
+    /// Time and units of the newest admission, the only one a refund may undo: undoing an
+    /// older one after later admissions could put back credit those relied on being gone.
+    last_take_at: Nanos,
+    last_take_units: u64,
 }
 
 impl TokenBucket {
@@ -29,6 +33,8 @@ impl TokenBucket {
             tokens: burst,
             frac: 0,
             last: now,
+            last_take_at: now,
+            last_take_units: 0,
         }
     }
 
@@ -40,6 +46,8 @@ impl TokenBucket {
             tokens: 0,
             frac: 0,
             last: now,
+            last_take_at: now,
+            last_take_units: 0,
         }
     }
 
@@ -126,12 +134,15 @@ impl TokenBucket {
     /// more than the new burst.
     pub fn reconfigure(&mut self, rate: Rate, burst: u64, now: Nanos) {
         self.refill(now);
+        if rate != self.rate {
+            // The remainder is a numerator over the old period; dropping it loses less
+            // than one unit and never mints.
+            self.frac = 0;
+        }
         self.rate = rate;
         self.burst = burst;
         if self.tokens >= burst {
             self.tokens = burst;
-            self.frac = 0;
-        } else if self.frac >= rate.period_ns() {
             self.frac = 0;
         }
     }
@@ -141,6 +152,11 @@ impl Limiter for TokenBucket {
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         self.refill(now);
         if self.take_exact(cost) {
+            if self.last_take_at != self.last {
+                self.last_take_at = self.last;
+                self.last_take_units = 0;
+            }
+            self.last_take_units += cost;
             Decision::Admit {
                 remaining: self.tokens,
             }
@@ -152,8 +168,13 @@ impl Limiter for TokenBucket {
         }
     }
 
-    fn refund(&mut self, cost: u64, _charged_at: Nanos) {
-        self.give_back(cost, self.burst);
+    fn refund(&mut self, cost: u64, charged_at: Nanos) {
+        if charged_at != self.last_take_at {
+            return;
+        }
+        let units = cost.min(self.last_take_units);
+        self.last_take_units -= units;
+        self.give_back(units, self.burst);
     }
 }
 
@@ -203,6 +224,20 @@ mod tests {
                 retry_after_ns: u64::MAX
             }
         );
+    }
+
+    #[test]
+    fn refund_undoes_only_the_newest_admission() {
+        let mut b = TokenBucket::full(per_sec(10), 5, Nanos(0));
+        assert!(b.try_take(5, Nanos(0)).is_admit());
+        let later = Nanos::from_secs(1);
+        assert!(b.try_take(5, later).is_admit());
+        b.refund(5, Nanos(0));
+        assert!(!b.try_take(1, later).is_admit(), "stale refund minted credit");
+        b.refund(3, later);
+        assert_eq!(b.tokens(), 3);
+        b.refund(9, later);
+        assert_eq!(b.tokens(), 5, "refund limited to what was charged");
     }
 
     #[test]

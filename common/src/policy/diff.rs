@@ -1,7 +1,7 @@
 //! Field-by-field differences between two policies, for review before apply.
 
 use super::Policy;
-use serde_norway::Value;
+use serde_norway::{Mapping, Value};
 use std::fmt::{self, Write};
 
 /// One changed field. `None` on a side means the field is absent there; a block that
@@ -44,9 +44,7 @@ fn walk(path: String, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<Fi
     }
     match (old, new) {
         (Some(Value::Mapping(a)), Some(Value::Mapping(b))) => {
-            // Keys of `old` in its order, then keys only `new` has.
-            let keys = a.keys().chain(b.keys().filter(|k| !a.contains_key(*k)));
-            for key in keys {
+            for key in merged_keys(a, b) {
                 let name = key.as_str().unwrap_or_default();
                 walk(join(&path, name), a.get(key), b.get(key), out);
             }
@@ -62,6 +60,37 @@ fn walk(path: String, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<Fi
             new: new.map(render),
         }),
     }
+}
+
+/// Keys of both mappings in document order. Both were written from the same struct,
+/// so each lists its keys in the struct's field order and a two-way merge recovers it.
+fn merged_keys<'v>(a: &'v Mapping, b: &'v Mapping) -> Vec<&'v Value> {
+    let (a, b): (Vec<&Value>, Vec<&Value>) = (a.keys().collect(), b.keys().collect());
+    let (mut i, mut j) = (0, 0);
+    let mut keys = Vec::with_capacity(a.len().max(b.len()));
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x == y => {
+                keys.push(*x);
+                i += 1;
+                j += 1;
+            }
+            (Some(x), _) if !b.contains(x) => {
+                keys.push(*x);
+                i += 1;
+            }
+            (_, Some(y)) => {
+                keys.push(*y);
+                j += 1;
+            }
+            (Some(x), None) => {
+                keys.push(*x);
+                i += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    keys
 }
 
 fn join(path: &str, key: &str) -> String {

@@ -289,7 +289,8 @@ mod tests {
         assert_eq!(Ppm::parse("0.000001"), Ok(Ppm(1)));
         assert_eq!(Ppm::parse("0.10000"), Ok(Ppm(100_000)));
         assert!(Ppm::parse("0.0000001").unwrap_err().contains("precision"));
-        assert!(Ppm::parse("0.0001%").unwrap_err().contains("precision"));
+        assert_eq!(Ppm::parse("0.0001%"), Ok(Ppm(1)));
+        assert!(Ppm::parse("0.00001%").unwrap_err().contains("precision"));
         assert!(Ppm::parse("-0.1").unwrap_err().contains("negative"));
         assert!(Ppm::parse("abc").is_err());
         assert_eq!(Ppm(125_000).to_string(), "0.125");

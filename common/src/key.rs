@@ -39,6 +39,7 @@
 //! identities from creating state: callers pass only authenticated identity values and
 //! leave an unauthenticated identity out, so all such traffic lands in that one key.
 //! Without `overflow`, the same cases are refused with a [`KeyError`] naming the dimension.
+//! Dimensions are checked in key order and the first problem found decides.
 //!
 //! Descriptor entries whose keys are not dimensions of the policy are ignored; the same
 //! dimension given twice is invalid (it would be ambiguous which value counts).

@@ -63,6 +63,32 @@ fn minimal_policy_gets_documented_defaults() {
 }
 
 #[test]
+fn costs_follow_the_unit() {
+    let bytes = Policy::from_yaml(
+        "id: b
+rate: {units: 1000000, per: 1s}
+cost: {unit: bytes, default: 4096}
+",
+    )
+    .unwrap();
+    assert_eq!(bytes.cost.of(Some("/upload"), Some(1500)), 1500);
+    assert_eq!(
+        bytes.cost.of(None, None),
+        4096,
+        "unknown size costs the default"
+    );
+    assert_eq!(bytes.cost.of(None, Some(0)), 1, "an empty body is not free");
+    let request = Policy::from_yaml(
+        "id: r
+rate: {units: 10, per: 1s}
+cost: {default: 2}
+",
+    )
+    .unwrap();
+    assert_eq!(request.cost.of(Some("/v1/search"), Some(99)), 2);
+}
+
+#[test]
 fn calendar_and_restricted_examples_parse() {
     let q = Policy::from_yaml(&fixture("monthly-quota.yaml")).unwrap();
     let cal = q.calendar.as_ref().unwrap();

@@ -77,7 +77,8 @@
 //! * **`cost`** — what one request costs, decided by the enforcer from what it sees
 //!   (never a client-supplied number):
 //!   * `unit` (`request`): `request` charges `default` per request; `bytes` charges the
-//!     request's size in bytes as measured by the enforcer (`default` when unknown);
+//!     request's size in bytes as measured by the enforcer (`default` when unknown, and
+//!     at least 1 so that empty requests are not free);
 //!     `weighted` charges `routes[route]` for a route listed there, else `default`.
 //!   * `default` (1): positive.
 //!   * `routes` (none): exact route → positive cost; only with `unit: weighted`; at most

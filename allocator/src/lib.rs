@@ -2,4 +2,5 @@
 //! leases.
 
 pub mod raft;
+pub mod replica;
 pub mod storage;

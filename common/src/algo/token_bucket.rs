@@ -233,7 +233,10 @@ mod tests {
         let later = Nanos::from_secs(1);
         assert!(b.try_take(5, later).is_admit());
         b.refund(5, Nanos(0));
-        assert!(!b.try_take(1, later).is_admit(), "stale refund minted credit");
+        assert!(
+            !b.try_take(1, later).is_admit(),
+            "stale refund minted credit"
+        );
         b.refund(3, later);
         assert_eq!(b.tokens(), 3);
         b.refund(9, later);

@@ -37,7 +37,7 @@ pub struct Lease {
     pub parent_lease_id: Option<LeaseId>,
     /// Identifier of the signing key, so keys can rotate.
     pub key_id: String,
-    /// Ed25519 signature over [`sign::canonical_bytes`] of every field above.
+    /// Ed25519 signature over [`canonical_bytes`](crate::lease::sign::canonical_bytes) of every field above.
     pub signature: Vec<u8>,
 }
 

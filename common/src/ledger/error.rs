@@ -34,8 +34,8 @@ pub enum LedgerError {
     #[error("lease {lease_id} is {state} and cannot be {action}")]
     LeaseClosed {
         lease_id: LeaseId,
-        state: &'static str,
-        action: &'static str,
+        state: String,
+        action: String,
     },
     #[error("lease {lease_id}: usage {used} is below the {reported} already reported")]
     UsageDecreased {
@@ -59,7 +59,7 @@ pub enum LedgerError {
     #[error("request {request_id} is older than the {last} already seen from this holder")]
     StaleRequest { request_id: u64, last: u64 },
     #[error("limit reached: {what} (max {max})")]
-    LimitReached { what: &'static str, max: usize },
+    LimitReached { what: String, max: usize },
     #[error("a root ledger has no upstream credit")]
     NotDelegated,
     #[error(

@@ -134,10 +134,10 @@ impl Ledger {
                 Some(t) => LedgerError::LeaseClosed {
                     lease_id,
                     state: match t.closed_as {
-                        ClosedAs::Released => "released",
-                        ClosedAs::Expired => "expired",
+                        ClosedAs::Released => "released".into(),
+                        ClosedAs::Expired => "expired".into(),
                     },
-                    action,
+                    action: action.into(),
                 },
                 None => LedgerError::UnknownLease(lease_id),
             });
@@ -283,7 +283,7 @@ impl Ledger {
     ) -> Result<Outcome, LedgerError> {
         if self.book.len() >= leases_max {
             return Err(LedgerError::LimitReached {
-                what: "leases",
+                what: "leases".into(),
                 max: leases_max,
             });
         }
@@ -463,7 +463,7 @@ fn slot_for<'a>(
         }
         if acct.holders.len() >= holders_max {
             return Err(LedgerError::LimitReached {
-                what: "holders per key",
+                what: "holders per key".into(),
                 max: holders_max,
             });
         }

@@ -32,7 +32,7 @@ pub use account::{Account, KeyStats, Supply};
 pub use book::{LeaseBook, LeaseRecord, LeaseState};
 pub use command::{Acquire, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease};
 pub use error::LedgerError;
-pub use params::{LeaseParams, LedgerConfig, LedgerLimits, PolicyParams, Role};
+pub use params::{LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, PolicyParams, Role};
 pub use upstream::UpstreamPosition;
 
 use crate::algo::TokenBucket;
@@ -174,7 +174,7 @@ impl Ledger {
             }
         } else if self.policies.len() >= self.config.limits.policies_max {
             return Err(LedgerError::LimitReached {
-                what: "policies",
+                what: "policies".into(),
                 max: self.config.limits.policies_max,
             });
         }
@@ -211,7 +211,7 @@ impl Ledger {
         if !self.accounts.contains_key(key) {
             if self.accounts.len() >= limits.keys_max {
                 return Err(LedgerError::LimitReached {
-                    what: "keys",
+                    what: "keys".into(),
                     max: limits.keys_max,
                 });
             }

@@ -109,3 +109,53 @@ impl LedgerConfig {
         }
     }
 }
+
+/// Why a policy cannot be run by the ledger.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseableError {
+    #[error("policy '{0}': algorithm {1} is enforced locally and is not leased by an allocator")]
+    NotLeased(String, &'static str),
+    #[error("policy '{0}': a leased policy needs a rate")]
+    NoRate(String),
+}
+
+impl PolicyParams {
+    /// The ledger's view of version `version` of `policy`. Token-bucket and GCRA policies are
+    /// leased; window, calendar and concurrency policies are enforced where they are
+    /// evaluated and have no allocator bucket.
+    pub fn from_policy(
+        policy: &crate::policy::Policy,
+        version: u64,
+    ) -> Result<PolicyParams, LeaseableError> {
+        use crate::policy::Algorithm;
+        if !matches!(policy.algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+            return Err(LeaseableError::NotLeased(
+                policy.id.clone(),
+                policy.algorithm.name(),
+            ));
+        }
+        let spec = policy
+            .rate
+            .ok_or_else(|| LeaseableError::NoRate(policy.id.clone()))?;
+        let rate = spec
+            .to_rate()
+            .map_err(|_| LeaseableError::NoRate(policy.id.clone()))?;
+        let burst = policy.burst().unwrap_or(spec.units).max(1);
+        let lp = &policy.lease;
+        let priority_min = policy.failure.min_priority.map_or(8, u32::from);
+        Ok(PolicyParams {
+            policy_id: policy.id.clone(),
+            version,
+            rate,
+            burst,
+            lease: LeaseParams {
+                ttl_ms: (lp.ttl.as_ns() / 1_000_000).max(1),
+                min_credit: lp.min_credit.max(1),
+                max_credit: lp.max_credit.unwrap_or(burst).max(lp.min_credit.max(1)),
+                reserve_ppm: lp.reserve_fraction.0.min(PPM - 1),
+                reserve_priority_min: priority_min,
+                refresh_horizon_ms: (lp.refresh_horizon.as_ns() / 1_000_000).max(1),
+            },
+        })
+    }
+}

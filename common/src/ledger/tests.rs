@@ -239,3 +239,15 @@ fn delegated_ledger_subleases_only_upstream_credit() {
     assert_eq!(pos.final_used(), None, "sub-leases out: cannot release yet");
     assert!(l.conserved());
 }
+
+#[test]
+fn policy_documents_map_onto_ledger_params() {
+    let yaml = "id: api\nkey: [tenant]\ndimensions: [{name: tenant}]\nrate: {units: 100, per: 1s}\nburst: 300\nlease: {ttl: 5s, max_credit: 50, reserve_fraction: 0.2, refresh_horizon: 500ms}\n";
+    let policy = crate::policy::Policy::from_yaml(yaml).expect("valid policy");
+    let p = PolicyParams::from_policy(&policy, 4).unwrap();
+    assert_eq!((p.version, p.burst, p.rate.units()), (4, 300, 100));
+    assert_eq!(p.lease.ttl_ms, 5_000);
+    assert_eq!(p.lease.max_credit, 50);
+    assert_eq!(p.lease.reserve_ppm, 200_000);
+    assert_eq!(p.lease.refresh_horizon_ms, 500);
+}

@@ -1,0 +1,138 @@
+//! The door through which services reach replicated state.
+//!
+//! A [`Machine`] is deterministic state driven by commands that carry the orderer's time. A
+//! [`Replica`] orders commands and answers reads: the Raft node does it for a cluster, and
+//! [`LocalReplica`] does it in one process (tests, single-node tools). Services are written
+//! against [`Replica`], so the same service code runs on either.
+
+use leasehold_common::ledger::{Command, Ledger, LedgerError, Outcome};
+use leasehold_common::time::{Clock, Nanos};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+
+/// Deterministic replicated state: no clock reads, no I/O, time comes with each command.
+pub trait Machine: Serialize + DeserializeOwned + Send + Sync + 'static {
+    type Command: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
+    type Output: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
+
+    fn apply(&mut self, now: Nanos, command: Self::Command) -> Self::Output;
+}
+
+impl Machine for Ledger {
+    type Command = Command;
+    type Output = Result<Outcome, LedgerError>;
+
+    fn apply(&mut self, now: Nanos, command: Command) -> Self::Output {
+        Ledger::apply(self, now, command)
+    }
+}
+
+/// Why a command or read did not happen. Nothing was applied in either case unless the
+/// variant says the outcome is unknown.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ReplicaError {
+    #[error("not the leader; the leader is {}", leader_addr.as_deref().unwrap_or("unknown"))]
+    NotLeader {
+        leader_id: Option<u64>,
+        leader_addr: Option<String>,
+    },
+    #[error("replication unavailable: {0}")]
+    Unavailable(String),
+    /// The command may or may not have been applied (e.g. leadership lost after proposing);
+    /// a retry with the same request id is safe.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+}
+
+/// Orders commands for a [`Machine`] and answers linearizable reads.
+pub trait Replica<M: Machine>: Clone + Send + Sync + 'static {
+    /// Applies `command` at the orderer's time once it is durable on a quorum.
+    fn propose(
+        &self,
+        command: M::Command,
+    ) -> impl Future<Output = Result<M::Output, ReplicaError>> + Send;
+
+    /// Runs `f` on state that reflects every command acknowledged before the call.
+    fn read<R, F>(&self, f: F) -> impl Future<Output = Result<R, ReplicaError>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&M) -> R + Send + 'static;
+}
+
+/// A replica of one: commands apply in call order at the local clock's time.
+pub struct LocalReplica<M> {
+    state: Arc<Mutex<M>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<M> Clone for LocalReplica<M> {
+    fn clone(&self) -> Self {
+        LocalReplica {
+            state: Arc::clone(&self.state),
+            clock: Arc::clone(&self.clock),
+        }
+    }
+}
+
+impl<M: Machine> LocalReplica<M> {
+    pub fn new(state: M, clock: Arc<dyn Clock>) -> Self {
+        LocalReplica {
+            state: Arc::new(Mutex::new(state)),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, M> {
+        // A panic inside `apply` leaves no partial command behind (commands are applied
+        // whole), so the state is still consistent after poisoning.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<M: Machine> Replica<M> for LocalReplica<M> {
+    fn propose(
+        &self,
+        command: M::Command,
+    ) -> impl Future<Output = Result<M::Output, ReplicaError>> + Send {
+        let now = self.clock.now();
+        let out = self.lock().apply(now, command);
+        std::future::ready(Ok(out))
+    }
+
+    fn read<R, F>(&self, f: F) -> impl Future<Output = Result<R, ReplicaError>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&M) -> R + Send + 'static,
+    {
+        let out = f(&self.lock());
+        std::future::ready(Ok(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::ledger::LedgerConfig;
+    use leasehold_common::time::ManualClock;
+
+    #[tokio::test]
+    async fn local_replica_applies_at_clock_time() {
+        let clock = ManualClock::new(Nanos(5));
+        let replica = LocalReplica::new(
+            Ledger::new(LedgerConfig::root("g")),
+            Arc::new(clock.clone()),
+        );
+        replica.propose(Command::Tick).await.unwrap().unwrap();
+        clock.set(Nanos(3));
+        replica.propose(Command::Tick).await.unwrap().unwrap();
+        let (now, rollbacks) = replica
+            .read(|l| (l.now(), l.clock_rollbacks().rollbacks))
+            .await
+            .unwrap();
+        assert_eq!((now, rollbacks), (Nanos(5), 1));
+    }
+}

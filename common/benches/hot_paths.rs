@@ -28,6 +28,7 @@ fn bucket_take(c: &mut Criterion) {
 fn ledger_with_keys(keys: usize) -> Ledger {
     let mut ledger = Ledger::new(LedgerConfig::root("bench"));
     let params = PolicyParams {
+        weights: Default::default(),
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(1_000_000).expect("rate"),

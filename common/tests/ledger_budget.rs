@@ -102,6 +102,7 @@ struct World {
 impl World {
     fn new(rate: u64, burst: u64, ttl_ms: u64, max_credit: u64) -> World {
         let params = PolicyParams {
+            weights: Default::default(),
             policy_id: "p".into(),
             version: 1,
             rate: Rate::per_second(rate).unwrap(),

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 fn ledger() -> Ledger {
     let mut l = Ledger::new(LedgerConfig::root("g"));
     let params = PolicyParams {
+        weights: Default::default(),
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(50).unwrap(),

@@ -60,6 +60,7 @@ const MS: u64 = 1_000_000;
 fn run_rounds(rate: u64, demands: &[u64], rounds: usize, measure: usize) -> Vec<u64> {
     let horizon_ms = 1_000;
     let params = PolicyParams {
+        weights: Default::default(),
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(rate).unwrap(),

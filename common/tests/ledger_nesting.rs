@@ -110,6 +110,7 @@ impl World {
             refresh_horizon_ms: 500,
         };
         let params = PolicyParams {
+            weights: Default::default(),
             policy_id: "p".into(),
             version: 1,
             rate: Rate::per_second(rate).unwrap(),
@@ -121,6 +122,7 @@ impl World {
             .unwrap();
         let mut region = Ledger::new(LedgerConfig::delegated("region"));
         let sub = PolicyParams {
+            weights: Default::default(),
             lease: lease(sub_ttl_ms),
             ..params.clone()
         };

@@ -67,6 +67,9 @@ pub struct UpstreamLease {
 pub enum Command {
     /// Installs or replaces a policy; keys of a replaced policy move to the new version.
     PutPolicy(PolicyParams),
+    /// Splits a policy's budget: fair-share weights per holder id (a child allocator or
+    /// agent) and optionally a different reserve. Replaces the previous split.
+    SetBudget(Budget),
     /// Removes a policy; its keys stop granting, outstanding leases run out normally.
     RemovePolicy {
         policy_id: String,
@@ -98,6 +101,16 @@ pub enum Command {
         key: String,
         released: bool,
     },
+}
+
+/// How a policy's credit is split among the holders that contend for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    pub policy_id: String,
+    /// Weight per holder id; unnamed holders weigh `priority + 1`.
+    pub weights: std::collections::BTreeMap<String, u64>,
+    /// Replaces the policy's reserve share (parts per million) when set.
+    pub reserve_ppm: Option<u64>,
 }
 
 /// Why no credit was granted.

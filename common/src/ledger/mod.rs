@@ -22,6 +22,7 @@ pub mod book;
 pub mod command;
 pub mod error;
 pub mod fair;
+mod grant;
 mod holder_ops;
 pub mod params;
 pub mod sizing;
@@ -30,7 +31,9 @@ mod upstream;
 
 pub use account::{Account, KeyStats, Supply};
 pub use book::{LeaseBook, LeaseRecord, LeaseState};
-pub use command::{Acquire, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease};
+pub use command::{
+    Acquire, Budget, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease,
+};
 pub use error::LedgerError;
 pub use params::{LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, PolicyParams, Role};
 pub use upstream::UpstreamPosition;
@@ -68,6 +71,7 @@ pub struct Ledger {
     clock: ClockGuard,
     next_lease_id: LeaseId,
     policies: BTreeMap<String, PolicyParams>,
+    budgets: BTreeMap<String, Budget>,
     accounts: BTreeMap<String, Account>,
     book: LeaseBook,
     tombstones: BTreeMap<LeaseId, Tombstone>,
@@ -83,6 +87,7 @@ impl Ledger {
             clock: ClockGuard::new(Nanos::ZERO),
             next_lease_id: 1,
             policies: BTreeMap::new(),
+            budgets: BTreeMap::new(),
             accounts: BTreeMap::new(),
             book: LeaseBook::default(),
             tombstones: BTreeMap::new(),
@@ -97,6 +102,7 @@ impl Ledger {
         match command {
             Command::PutPolicy(params) => self.put_policy(params),
             Command::RemovePolicy { policy_id } => self.remove_policy(&policy_id),
+            Command::SetBudget(b) => self.set_budget(b),
             Command::Acquire(a) => self.acquire(a, now),
             Command::Report(r) => self.report(r, now),
             Command::Release(r) => self.release(r, now),
@@ -131,6 +137,43 @@ impl Ledger {
 
     pub fn policy(&self, policy_id: &str) -> Option<&PolicyParams> {
         self.policies.get(policy_id)
+    }
+
+    pub fn budget(&self, policy_id: &str) -> Option<&Budget> {
+        self.budgets.get(policy_id)
+    }
+
+    /// A policy's parameters with its budget split applied.
+    pub(crate) fn effective(&self, policy_id: &str) -> Option<PolicyParams> {
+        let mut params = self.policies.get(policy_id)?.clone();
+        if let Some(b) = self.budgets.get(policy_id) {
+            params.weights = b.weights.clone();
+            if let Some(ppm) = b.reserve_ppm {
+                params.lease.reserve_ppm = ppm;
+            }
+        }
+        Some(params)
+    }
+
+    fn set_budget(&mut self, budget: Budget) -> Result<Outcome, LedgerError> {
+        if !self.policies.contains_key(&budget.policy_id) {
+            return Err(LedgerError::UnknownPolicy(budget.policy_id));
+        }
+        if budget.reserve_ppm.is_some_and(|ppm| ppm >= params::PPM) {
+            return Err(LedgerError::InvalidPolicy {
+                policy_id: budget.policy_id,
+                reason: "budget reserve must be below the whole".into(),
+            });
+        }
+        let max = self.config.limits.holders_per_key_max;
+        if budget.weights.len() > max {
+            return Err(LedgerError::LimitReached {
+                what: "budget weights".into(),
+                max,
+            });
+        }
+        self.budgets.insert(budget.policy_id.clone(), budget);
+        Ok(Outcome::Done)
     }
 
     pub fn policies(&self) -> impl Iterator<Item = &PolicyParams> {
@@ -183,6 +226,7 @@ impl Ledger {
     }
 
     fn remove_policy(&mut self, policy_id: &str) -> Result<Outcome, LedgerError> {
+        self.budgets.remove(policy_id);
         self.policies
             .remove(policy_id)
             .map(|_| Outcome::Done)
@@ -204,10 +248,8 @@ impl Ledger {
             });
         }
         let params = self
-            .policies
-            .get(policy_id)
-            .ok_or_else(|| LedgerError::UnknownPolicy(policy_id.to_string()))?
-            .clone();
+            .effective(policy_id)
+            .ok_or_else(|| LedgerError::UnknownPolicy(policy_id.to_string()))?;
         if !self.accounts.contains_key(key) {
             if self.accounts.len() >= limits.keys_max {
                 return Err(LedgerError::LimitReached {

@@ -46,6 +46,10 @@ pub struct PolicyParams {
     /// Largest credit the root bucket stores, leased-out credit included.
     pub burst: u64,
     pub lease: LeaseParams,
+    /// Fair-share weight per holder id (a budget split across children); holders not named
+    /// weigh `priority + 1`.
+    #[serde(default)]
+    pub weights: std::collections::BTreeMap<String, u64>,
 }
 
 /// Where a ledger's credit comes from.
@@ -156,6 +160,7 @@ impl PolicyParams {
                 reserve_priority_min: priority_min,
                 refresh_horizon_ms: (lp.refresh_horizon.as_ns() / 1_000_000).max(1),
             },
+            weights: Default::default(),
         })
     }
 }

@@ -114,7 +114,11 @@ fn contended_share(
         }
         claims.push(Claim {
             demand,
-            weight: weight_of(slot.priority),
+            weight: params
+                .weights
+                .get(id)
+                .copied()
+                .unwrap_or_else(|| weight_of(slot.priority)),
         });
     }
     let mine = mine?;

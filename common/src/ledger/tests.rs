@@ -7,6 +7,7 @@ const SEC: u64 = 1_000_000_000;
 
 fn params(version: u64) -> PolicyParams {
     PolicyParams {
+        weights: Default::default(),
         policy_id: "p".into(),
         version,
         rate: Rate::per_second(100).unwrap(),
@@ -250,4 +251,43 @@ fn policy_documents_map_onto_ledger_params() {
     assert_eq!(p.lease.max_credit, 50);
     assert_eq!(p.lease.reserve_ppm, 200_000);
     assert_eq!(p.lease.refresh_horizon_ms, 500);
+}
+
+#[test]
+fn budget_weights_split_a_contended_key() {
+    let mut l = root();
+    let mut weights = std::collections::BTreeMap::new();
+    weights.insert("eu".to_string(), 3);
+    weights.insert("us".to_string(), 1);
+    let budget = Budget {
+        policy_id: "p".into(),
+        weights,
+        reserve_ppm: Some(0),
+    };
+    l.apply(Nanos(0), Command::SetBudget(budget)).unwrap();
+    let ask = |h: &str, id| {
+        Command::Acquire(Acquire {
+            holder_id: h.into(),
+            policy_id: "p".into(),
+            key: "k".into(),
+            want_credit: 1_000,
+            demand_milli_per_sec: 1_000_000,
+            request_id: id,
+            priority: 0,
+        })
+    };
+    // Both want 2000 per 2 s horizon against 200 produced: shares 150 and 50.
+    granted(l.apply(Nanos(0), ask("us", 1)).unwrap());
+    let eu = granted(l.apply(Nanos(0), ask("eu", 1)).unwrap());
+    assert_eq!(eu.lease.credit, 150);
+    assert!(matches!(
+        l.apply(
+            Nanos(0),
+            Command::SetBudget(Budget {
+                policy_id: "nope".into(),
+                ..Budget::default()
+            })
+        ),
+        Err(LedgerError::UnknownPolicy(_))
+    ));
 }

@@ -1,1 +1,4 @@
-//! (being written)
+//! The Leasehold agent: a sidecar (or an in-process library) that admits requests locally
+//! against credit leased from an allocator.
+
+pub mod credit;

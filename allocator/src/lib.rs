@@ -1,6 +1,7 @@
 //! The Leasehold allocator: the Raft-replicated service that owns credit buckets and grants
 //! leases.
 
+pub mod config;
 pub mod raft;
 pub mod replica;
 pub mod storage;

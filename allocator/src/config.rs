@@ -1,0 +1,220 @@
+//! The allocator's configuration: a YAML file, overridden by flags.
+//!
+//! One binary serves every level. A node whose config names `upstream` addresses is a
+//! delegated (region or cell) allocator that leases its credit from them; a node without is
+//! the root.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Paths of this node's mutual-TLS material.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A cluster member known at bootstrap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub id: u64,
+    /// Address peers and clients use to reach it (`host:port`).
+    pub addr: String,
+}
+
+/// Raft timing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTiming {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Build a snapshot after this many applied entries.
+    pub snapshot_every_entries: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_ms: 100,
+            election_min_ms: 400,
+            election_max_ms: 800,
+            snapshot_every_entries: 20_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocatorConfig {
+    pub node_id: u64,
+    /// Name of the cluster; it is the `grantor_id` in every lease this cluster signs.
+    pub cluster: String,
+    /// gRPC listener for Raft, lease and admin services.
+    pub grpc_addr: SocketAddr,
+    /// HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+    pub http_addr: SocketAddr,
+    /// Address other nodes and clients use to reach `grpc_addr`.
+    pub advertise_addr: String,
+    pub data_dir: PathBuf,
+    /// Members to bootstrap a new cluster with (this node included); empty to join one.
+    #[serde(default)]
+    pub bootstrap: Vec<Member>,
+    /// Upstream allocator addresses; set for a region or cell allocator.
+    #[serde(default)]
+    pub upstream: Vec<String>,
+    /// Mutual TLS; absent only with `insecure: true`.
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
+    /// Plaintext without client authentication: local development only.
+    #[serde(default)]
+    pub insecure: bool,
+    /// PKCS#8 Ed25519 key that signs this cluster's leases (created if missing).
+    pub signing_key: PathBuf,
+    /// Public keys (raw 32 bytes, hex) of upstream clusters whose leases this node accepts.
+    #[serde(default)]
+    pub trusted_upstream_keys: Vec<String>,
+    #[serde(default)]
+    pub raft: RaftTiming,
+    /// How often the leader proposes expiry ticks.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+}
+
+fn default_tick_ms() -> u64 {
+    100
+}
+
+impl AllocatorConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let cfg: AllocatorConfig =
+            serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
+                path: PathBuf::from("<inline>"),
+                message: e.to_string(),
+            })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// A root or delegated allocator.
+    pub fn is_root(&self) -> bool {
+        self.upstream.is_empty()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id == 0 {
+            return Err(invalid("node_id", "must be positive"));
+        }
+        let id_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !id_ok(&self.cluster) {
+            return Err(invalid("cluster", "1-64 characters of [A-Za-z0-9_-]"));
+        }
+        if self.advertise_addr.is_empty() {
+            return Err(invalid("advertise_addr", "must be set"));
+        }
+        match (&self.tls, self.insecure) {
+            (None, false) => return Err(invalid("tls", "required unless `insecure: true` is set")),
+            (Some(_), true) => return Err(invalid("insecure", "cannot be combined with tls")),
+            _ => {}
+        }
+        if !self.bootstrap.is_empty() && !self.bootstrap.iter().any(|m| m.id == self.node_id) {
+            return Err(invalid("bootstrap", "must include this node's own id"));
+        }
+        let mut ids: Vec<u64> = self.bootstrap.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(invalid("bootstrap", "member ids must be unique"));
+        }
+        let r = &self.raft;
+        if r.heartbeat_ms == 0 || r.election_min_ms <= r.heartbeat_ms {
+            return Err(invalid(
+                "raft.election_min_ms",
+                "must exceed heartbeat_ms, which must be positive",
+            ));
+        }
+        if r.election_max_ms <= r.election_min_ms {
+            return Err(invalid(
+                "raft.election_max_ms",
+                "must exceed election_min_ms",
+            ));
+        }
+        if self.tick_ms == 0 {
+            return Err(invalid("tick_ms", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT: &str = "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:7400\nhttp_addr: 127.0.0.1:7480\nadvertise_addr: 127.0.0.1:7400\ndata_dir: /tmp/n1\nsigning_key: /tmp/n1/lease-key.p8\ninsecure: true\nbootstrap: [{id: 1, addr: \"127.0.0.1:7400\"}]\n";
+
+    #[test]
+    fn root_config_parses_with_defaults() {
+        let c = AllocatorConfig::from_yaml(ROOT).unwrap();
+        assert!(c.is_root());
+        assert_eq!(c.raft, RaftTiming::default());
+        assert_eq!(c.tick_ms, 100);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let typo = ROOT.replace("tick_ms", "tik_ms") + "tik_ms: 5\n";
+        let e = AllocatorConfig::from_yaml(&typo).unwrap_err().to_string();
+        assert!(e.contains("tik_ms"), "{e}");
+        let no_tls = ROOT.replace("insecure: true\n", "");
+        let e = AllocatorConfig::from_yaml(&no_tls).unwrap_err().to_string();
+        assert!(e.contains("tls: required"), "{e}");
+        let stranger = ROOT.replace("{id: 1,", "{id: 2,");
+        let e = AllocatorConfig::from_yaml(&stranger)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bootstrap"), "{e}");
+    }
+}

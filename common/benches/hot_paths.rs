@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the accounting hot paths: one token-bucket decision, and one
 //! ledger grant cycle (acquire, report with renewal, release) as a replica applies it.
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 use leasehold_common::algo::{Limiter, TokenBucket};
 use leasehold_common::ledger::{
     Acquire, Command, LeaseParams, Ledger, LedgerConfig, Outcome, PolicyParams, Release, Report,
@@ -60,7 +60,7 @@ fn acquire(key: &str, holder: &str, request_id: u64) -> Command {
 fn ledger_grant(c: &mut Criterion) {
     let mut ledger = ledger_with_keys(10_000);
     let mut n = 0u64;
-    c.bench_function("ledger_acquire_grant_10k_keys", |b| {
+    c.bench_function("ledger_acquire_10k_keys_holder_superseding", |b| {
         b.iter(|| {
             n += 1;
             let key = format!("key-{}", n % 10_000);
@@ -71,36 +71,51 @@ fn ledger_grant(c: &mut Criterion) {
             )
         })
     });
+    // A steady cycle on a long-lived ledger: acquire, report with renewal, release; time
+    // moves 1 ms per cycle and a tick every 1000 cycles writes off and forgets old state.
+    let mut ledger = ledger_with_keys(100);
+    let mut cycle = 0u64;
     c.bench_function("ledger_grant_report_release_cycle", |b| {
-        b.iter_batched(
-            || ledger_with_keys(100),
-            |mut l| {
-                let Outcome::Granted(g) = l.apply(Nanos(1), acquire("key-7", "h", 1)).unwrap()
-                else {
-                    panic!("no grant");
-                };
-                let id = g.lease.lease_id;
-                let report = Command::Report(Report {
-                    holder_id: "h".into(),
-                    lease_id: id,
-                    used: 40,
-                    return_credit: 0,
-                    want_credit: 100,
-                    demand_milli_per_sec: 50_000,
-                    request_id: 2,
-                    priority: 0,
-                });
-                l.apply(Nanos(2), report).unwrap();
-                let release = Command::Release(Release {
-                    holder_id: "h".into(),
-                    lease_id: id,
-                    final_used: 60,
-                    request_id: 3,
-                });
-                black_box(l.apply(Nanos(3), release).unwrap())
-            },
-            BatchSize::LargeInput,
-        )
+        b.iter(|| {
+            cycle += 1;
+            let now = Nanos(1_000_000_000 + cycle * 1_000_000);
+            let holder = format!("h{}", cycle % 1_000);
+            let key = format!("key-{}", cycle % 100);
+            let acquire = Command::Acquire(Acquire {
+                holder_id: holder.clone(),
+                policy_id: "p".into(),
+                key,
+                want_credit: 100,
+                demand_milli_per_sec: 50_000,
+                request_id: 3 * cycle,
+                priority: 0,
+            });
+            let Outcome::Granted(g) = ledger.apply(now, acquire).expect("acquire") else {
+                panic!("no grant");
+            };
+            let id = g.lease.lease_id;
+            let report = Command::Report(Report {
+                holder_id: holder.clone(),
+                lease_id: id,
+                used: 40,
+                return_credit: 0,
+                want_credit: 100,
+                demand_milli_per_sec: 50_000,
+                request_id: 3 * cycle + 1,
+                priority: 0,
+            });
+            ledger.apply(now, report).expect("report");
+            let release = Command::Release(Release {
+                holder_id: holder,
+                lease_id: id,
+                final_used: 60,
+                request_id: 3 * cycle + 2,
+            });
+            black_box(ledger.apply(now, release).expect("release"));
+            if cycle.is_multiple_of(1_000) {
+                ledger.apply(now, Command::Tick).expect("tick");
+            }
+        })
     });
 }
 

@@ -1,0 +1,271 @@
+//! Prometheus metrics of an allocator node.
+//!
+//! Ledger figures are read from the replicated state at scrape time (a [`LedgerFigures`]
+//! snapshot per policy), so they always agree with what `leasectl budget show` reports and
+//! cost nothing between scrapes. Labels are policy ids, never keys or holders, so the number
+//! of series stays bounded by the number of policies (P4).
+
+use leasehold_common::ledger::Ledger;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Cumulative and current figures of one policy on this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerFigures {
+    pub keys: u64,
+    pub leases: u64,
+    pub outstanding: u64,
+    pub granted: u64,
+    pub used: u64,
+    pub reclaimed: u64,
+    pub stranded: u64,
+    pub dropped: u64,
+}
+
+/// Sums a ledger's accounts per policy.
+pub fn ledger_figures(ledger: &Ledger) -> BTreeMap<String, LedgerFigures> {
+    let mut out: BTreeMap<String, LedgerFigures> = BTreeMap::new();
+    for (_, acct) in ledger.accounts() {
+        let f = out.entry(acct.policy_id.clone()).or_default();
+        f.keys += 1;
+        f.leases += acct.leases;
+        f.outstanding += acct.outstanding;
+        f.granted += acct.stats.granted;
+        f.used += acct.stats.used;
+        f.reclaimed += acct.stats.reclaimed;
+        f.stranded += acct.stats.stranded;
+        f.dropped += acct.stats.dropped;
+    }
+    out
+}
+
+/// Where scrapes read ledger figures from.
+pub type FiguresSource = Arc<dyn Fn() -> BTreeMap<String, LedgerFigures> + Send + Sync>;
+
+struct LedgerCollector {
+    source: FiguresSource,
+}
+
+impl fmt::Debug for LedgerCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LedgerCollector")
+    }
+}
+
+type Field = fn(&LedgerFigures) -> u64;
+
+const COUNTERS: &[(&str, &str, Field)] = &[
+    (
+        "leasehold_credit_granted",
+        "Credit put on lease, renewals included (units).",
+        |f| f.granted,
+    ),
+    (
+        "leasehold_credit_used",
+        "Credit holders reported spent (units).",
+        |f| f.used,
+    ),
+    (
+        "leasehold_credit_reclaimed",
+        "Credit handed back by holders (units).",
+        |f| f.reclaimed,
+    ),
+    (
+        "leasehold_credit_stranded",
+        "Credit written off at expiry, never re-granted (units).",
+        |f| f.stranded,
+    ),
+    (
+        "leasehold_credit_dropped",
+        "Credit that no longer fitted under a lowered cap (units).",
+        |f| f.dropped,
+    ),
+];
+
+const GAUGES: &[(&str, &str, Field)] = &[
+    (
+        "leasehold_keys",
+        "Policy keys with state on this node.",
+        |f| f.keys,
+    ),
+    (
+        "leasehold_leases_live",
+        "Leases not yet released or written off.",
+        |f| f.leases,
+    ),
+    (
+        "leasehold_credit_outstanding",
+        "Credit on lease, not yet reported spent or handed back (units).",
+        |f| f.outstanding,
+    ),
+];
+
+impl Collector for LedgerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let figures = (self.source)();
+        for (name, help, field) in COUNTERS {
+            let mut metric = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (policy, f) in &figures {
+                let labels = [("policy", policy.as_str())];
+                let family = metric.encode_family(&labels)?;
+                ConstCounter::new(field(f)).encode(family)?;
+            }
+        }
+        for (name, help, field) in GAUGES {
+            let mut metric = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (policy, f) in &figures {
+                let labels = [("policy", policy.as_str())];
+                let family = metric.encode_family(&labels)?;
+                ConstGauge::new(field(f) as i64).encode(family)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The node's metric registry and the handles drivers update.
+pub struct AllocatorMetrics {
+    registry: Registry,
+    /// 1 while this node is the Raft leader.
+    pub is_leader: Gauge,
+    pub raft_term: Gauge,
+    pub raft_last_log_index: Gauge,
+    pub raft_applied_index: Gauge,
+    /// gRPC handling time per method, in seconds.
+    pub rpc_seconds: Family<Vec<(String, String)>, Histogram>,
+}
+
+impl AllocatorMetrics {
+    pub fn new(source: FiguresSource) -> Self {
+        let mut registry = Registry::default();
+        let is_leader = Gauge::default();
+        let raft_term = Gauge::default();
+        let raft_last_log_index = Gauge::default();
+        let raft_applied_index = Gauge::default();
+        let rpc_seconds = Family::<Vec<(String, String)>, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+        });
+        registry.register(
+            "leasehold_raft_is_leader",
+            "1 while this node leads its cluster",
+            is_leader.clone(),
+        );
+        registry.register(
+            "leasehold_raft_term",
+            "Current Raft term",
+            raft_term.clone(),
+        );
+        registry.register(
+            "leasehold_raft_last_log_index",
+            "Index of the last log entry",
+            raft_last_log_index.clone(),
+        );
+        registry.register(
+            "leasehold_raft_applied_index",
+            "Index of the last applied entry",
+            raft_applied_index.clone(),
+        );
+        registry.register(
+            "leasehold_rpc_duration_seconds",
+            "gRPC handling time by method",
+            rpc_seconds.clone(),
+        );
+        registry.register_collector(Box::new(LedgerCollector { source }));
+        AllocatorMetrics {
+            registry,
+            is_leader,
+            raft_term,
+            raft_last_log_index,
+            raft_applied_index,
+            rpc_seconds,
+        }
+    }
+
+    /// Records one RPC's duration.
+    pub fn observe_rpc(&self, method: &str, seconds: f64) {
+        self.rpc_seconds
+            .get_or_create(&vec![("method".to_string(), method.to_string())])
+            .observe(seconds);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::ledger::{Acquire, Command, LeaseParams, LedgerConfig, PolicyParams};
+    use leasehold_common::rate::Rate;
+    use leasehold_common::time::Nanos;
+    use std::sync::Mutex;
+
+    #[test]
+    fn renders_ledger_figures_per_policy() {
+        let mut ledger = Ledger::new(LedgerConfig::root("g"));
+        let params = PolicyParams {
+            policy_id: "api".into(),
+            version: 1,
+            rate: Rate::per_second(10).unwrap(),
+            burst: 100,
+            lease: LeaseParams::default(),
+            weights: Default::default(),
+        };
+        ledger.apply(Nanos(0), Command::PutPolicy(params)).unwrap();
+        let acquire = Command::Acquire(Acquire {
+            holder_id: "a".into(),
+            policy_id: "api".into(),
+            key: "api:t=1".into(),
+            want_credit: 30,
+            demand_milli_per_sec: 0,
+            request_id: 1,
+            priority: 0,
+        });
+        ledger.apply(Nanos(0), acquire).unwrap();
+        let shared = Arc::new(Mutex::new(ledger));
+        let source: FiguresSource = {
+            let shared = Arc::clone(&shared);
+            Arc::new(move || ledger_figures(&shared.lock().unwrap()))
+        };
+        let metrics = AllocatorMetrics::new(source);
+        metrics.is_leader.set(1);
+        metrics.observe_rpc("Acquire", 0.001);
+        let text = metrics.render();
+        assert!(
+            text.contains("leasehold_credit_granted_total{policy=\"api\"} 30"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_credit_outstanding{policy=\"api\"} 30"),
+            "{text}"
+        );
+        assert!(text.contains("leasehold_raft_is_leader 1"), "{text}");
+        assert!(
+            text.contains("leasehold_rpc_duration_seconds_count{method=\"Acquire\"} 1"),
+            "{text}"
+        );
+    }
+}

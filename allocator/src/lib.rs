@@ -2,6 +2,7 @@
 //! leases.
 
 pub mod config;
+pub mod ctl;
 pub mod metrics;
 pub mod raft;
 pub mod replica;

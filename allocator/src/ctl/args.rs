@@ -1,0 +1,236 @@
+//! `leasectl`'s command line.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "leasectl",
+    version,
+    about = "Administer Leasehold allocator clusters: policies, budgets, leases, membership, emergencies, audit"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// Where the cluster is and who we are. Flags win over environment variables, which win
+/// over the config file (`~/.config/leasehold/leasectl.yaml` or `--config`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConnArgs {
+    /// Allocator address (`host:port`); any node works, followers point to the leader.
+    #[arg(long, global = true, env = "LEASEHOLD_SERVER")]
+    pub server: Option<String>,
+    /// CA certificate (PEM) that signed the allocators' certificates.
+    #[arg(long, global = true, env = "LEASEHOLD_CA")]
+    pub ca: Option<PathBuf>,
+    /// This admin's client certificate (PEM).
+    #[arg(long, global = true, env = "LEASEHOLD_CERT")]
+    pub cert: Option<PathBuf>,
+    /// This admin's private key (PEM).
+    #[arg(long, global = true, env = "LEASEHOLD_KEY")]
+    pub key: Option<PathBuf>,
+    /// Name the server certificate must carry (default: the host of `--server`).
+    #[arg(long, global = true, env = "LEASEHOLD_SERVER_NAME")]
+    pub server_name: Option<String>,
+    /// Plaintext, no client certificate: only for a cluster started with `--insecure`.
+    #[arg(long, global = true, env = "LEASEHOLD_INSECURE")]
+    pub insecure: bool,
+    /// Config file to read defaults from.
+    #[arg(long, global = true, env = "LEASEHOLD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Per-request timeout, in milliseconds.
+    #[arg(long, global = true, default_value_t = 5_000)]
+    pub timeout_ms: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Versioned policies.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// Budget trees: who holds how much of a policy's credit.
+    #[command(subcommand)]
+    Budget(BudgetCmd),
+    /// Live leases.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Cluster membership and health.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    /// Emergency switches for a policy.
+    #[command(subcommand)]
+    Emergency(EmergencyCmd),
+    /// The audit trail of admin changes.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+    /// The health of the cluster at a glance.
+    Status,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Apply a policy document; prints the new version.
+    Apply {
+        /// Policy YAML file (`-` for standard input).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Evaluate and count would-deny decisions, but admit.
+        #[arg(long)]
+        shadow: bool,
+        /// When the version takes effect (RFC 3339); default now.
+        #[arg(long)]
+        effective_at: Option<String>,
+        /// Show what would change without applying.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// List policies.
+    Ls,
+    /// Show one policy (current version unless `--version`).
+    Get {
+        policy_id: String,
+        #[arg(long)]
+        version: Option<u64>,
+    },
+    /// Show what changes between two versions, or between the current one and a file.
+    Diff {
+        policy_id: String,
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        #[arg(long)]
+        from: Option<u64>,
+        #[arg(long)]
+        to: Option<u64>,
+    },
+    /// Make a new version equal to an older one.
+    Rollback {
+        policy_id: String,
+        #[arg(long = "to")]
+        to_version: u64,
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BudgetCmd {
+    /// The budget tree of a policy with utilisation.
+    Show {
+        policy_id: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Change a policy's rate and burst (a new policy version).
+    Set {
+        policy_id: String,
+        /// Units per second (decimals allowed: 0.5).
+        #[arg(long)]
+        rate: String,
+        #[arg(long)]
+        burst: u64,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Split a policy's budget across children by weight: `--share eu=3 --share us=1`.
+    Split {
+        policy_id: String,
+        #[arg(long = "share", value_name = "NAME=WEIGHT", required = true)]
+        shares: Vec<String>,
+        /// Share held back as an emergency reserve (`0.1` or `10%`).
+        #[arg(long)]
+        reserve: Option<String>,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Re-weight children by their measured demand.
+    Rebalance {
+        policy_id: String,
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LeaseCmd {
+    /// List live leases.
+    Ls {
+        #[arg(long)]
+        holder: Option<String>,
+        #[arg(long)]
+        policy: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Revoke a lease: its holder stops spending and releases it.
+    Revoke {
+        lease_id: u64,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Members, leader, term and replication progress.
+    Status,
+    /// Add a node as a learner.
+    Add { node_id: u64, addr: String },
+    /// Promote a learner to a voter.
+    Promote { node_id: u64 },
+    /// Remove a node from the cluster.
+    Remove { node_id: u64 },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EmergencyCmd {
+    /// Admit everything for the policy (counted apart).
+    FailOpen {
+        #[arg(long)]
+        policy: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Admit only priority ≥ `--min-priority`, at most `--rate` per second.
+    Restricted {
+        #[arg(long)]
+        policy: String,
+        #[arg(long)]
+        min_priority: u32,
+        #[arg(long)]
+        rate: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Back to normal enforcement.
+    Normal {
+        #[arg(long)]
+        policy: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCmd {
+    /// The newest audit entries; `--follow` keeps printing new ones.
+    Tail {
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: u32,
+        #[arg(long, short = 'f')]
+        follow: bool,
+        #[arg(long)]
+        actor: Option<String>,
+    },
+}

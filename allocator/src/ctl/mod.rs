@@ -1,0 +1,64 @@
+//! `leasectl`: the admins' command-line client of the allocator's admin service.
+
+pub mod args;
+mod budget;
+pub mod client;
+pub mod error;
+mod ops;
+pub mod output;
+mod policy;
+
+use args::{Cli, Command, OutputFormat};
+use client::{Admin, Settings};
+use error::CtlError;
+
+/// Runs one command and prints its result; returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    let json = cli.output == OutputFormat::Json;
+    match execute(cli).await {
+        Ok(Some(out)) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out.json).unwrap_or_default()
+                );
+            } else {
+                print!("{}", out.text);
+            }
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            if json {
+                let body = serde_json::json!({"error": e.to_string(), "exit_code": e.exit_code()});
+                eprintln!("{body}");
+            } else {
+                eprintln!("leasectl: {e}");
+            }
+            e.exit_code()
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
+    let json = cli.output == OutputFormat::Json;
+    let settings = Settings::resolve(&cli.conn)?;
+    let mut admin = Admin::connect(settings).await?;
+    let out = match cli.command {
+        Command::Policy(c) => policy::run(&mut admin, c).await?,
+        Command::Budget(c) => budget::run(&mut admin, c).await?,
+        Command::Lease(c) => budget::run_lease(&mut admin, c).await?,
+        Command::Cluster(c) => ops::run_cluster(&mut admin, c).await?,
+        Command::Emergency(c) => ops::run_emergency(&mut admin, c).await?,
+        Command::Audit(c) => {
+            let follow = matches!(c, args::AuditCmd::Tail { follow: true, .. });
+            let out = ops::run_audit(&mut admin, c, json).await?;
+            if follow {
+                return Ok(None);
+            }
+            out
+        }
+        Command::Status => ops::run_status(&mut admin).await?,
+    };
+    Ok(Some(out))
+}

@@ -1,0 +1,199 @@
+//! `leasectl policy …`
+
+use super::args::PolicyCmd;
+use super::client::Admin;
+use super::error::CtlError;
+use super::output::{Rendered, Table};
+use leasehold_proto::leasehold::v1 as pb;
+use serde_json::json;
+use std::io::Read;
+use std::path::Path;
+
+fn read_document(path: &Path) -> Result<String, CtlError> {
+    let mut text = String::new();
+    if path == Path::new("-") {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| CtlError::Input(format!("cannot read standard input: {e}")))?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))?;
+    }
+    Ok(text)
+}
+
+fn parse_effective_at(text: &Option<String>) -> Result<u64, CtlError> {
+    let Some(text) = text else { return Ok(0) };
+    let ts: jiff::Timestamp = text.parse().map_err(|e| {
+        CtlError::Input(format!(
+            "--effective-at '{text}': not an RFC 3339 time ({e})"
+        ))
+    })?;
+    u64::try_from(ts.as_millisecond())
+        .map_err(|_| CtlError::Input(format!("--effective-at '{text}': before 1970")))
+}
+
+pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError> {
+    match cmd {
+        PolicyCmd::Apply {
+            file,
+            shadow,
+            effective_at,
+            dry_run,
+        } => {
+            let req = pb::ApplyPolicyRequest {
+                yaml: read_document(&file)?,
+                shadow,
+                effective_at_ms: parse_effective_at(&effective_at)?,
+                dry_run,
+                expected_version: 0,
+            };
+            let r = admin
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.apply_policy(req).await }
+                })
+                .await?;
+            let verb = match (dry_run, r.changed) {
+                (true, _) => "would become",
+                (false, true) => "is now",
+                (false, false) => "is unchanged at",
+            };
+            let mut text = format!("policy {} {verb} version {}\n", r.policy_id, r.version);
+            if !r.diff.is_empty() {
+                text.push_str(&r.diff);
+                if !r.diff.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+            Ok(Rendered::new(
+                text,
+                json!({"policy_id": r.policy_id, "version": r.version, "changed": r.changed, "dry_run": dry_run, "diff": r.diff}),
+            ))
+        }
+        PolicyCmd::Ls => {
+            let r = admin
+                .call(|mut c| async move {
+                    c.list_policies(pb::ListPoliciesRequest {
+                        after_policy_id: String::new(),
+                        limit: 1_000,
+                    })
+                    .await
+                })
+                .await?;
+            let mut t = Table::new(&["POLICY", "VERSION", "MODE", "KILL", "UPDATED BY"]);
+            let mut rows = Vec::new();
+            for p in &r.policies {
+                let mode = if p.shadow { "shadow" } else { "enforce" };
+                t.row(vec![
+                    p.policy_id.clone(),
+                    p.version.to_string(),
+                    mode.into(),
+                    if p.kill_switch { "on" } else { "off" }.into(),
+                    p.updated_by.clone(),
+                ]);
+                rows.push(json!({"policy_id": p.policy_id, "version": p.version, "shadow": p.shadow, "kill_switch": p.kill_switch, "updated_by": p.updated_by, "updated_at_ms": p.updated_at_ms}));
+            }
+            Ok(Rendered::new(t.render(), json!(rows)))
+        }
+        PolicyCmd::Get { policy_id, version } => {
+            let req = pb::GetPolicyRequest {
+                policy_id,
+                version: version.unwrap_or(0),
+            };
+            let r = admin
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.get_policy(req).await }
+                })
+                .await?;
+            let p = r.policy.unwrap_or_default();
+            let s = r.summary.unwrap_or_default();
+            let sh = r.shadow_stats.unwrap_or_default();
+            let mut text = format!(
+                "# policy {} version {} (updated by {})\n",
+                p.policy_id, p.version, s.updated_by
+            );
+            if p.shadow {
+                text.push_str(&format!(
+                    "# shadow mode: would have denied {} requests ({} units)\n",
+                    sh.would_deny_requests, sh.would_deny_units
+                ));
+            }
+            text.push_str(&p.yaml);
+            Ok(Rendered::new(
+                text,
+                json!({"policy_id": p.policy_id, "version": p.version, "yaml": p.yaml, "shadow": p.shadow,
+                       "kill_switch": p.kill_switch, "updated_by": s.updated_by,
+                       "shadow_would_deny_requests": sh.would_deny_requests, "shadow_would_deny_units": sh.would_deny_units}),
+            ))
+        }
+        PolicyCmd::Diff {
+            policy_id,
+            file,
+            from,
+            to,
+        } => {
+            let yaml = match &file {
+                Some(f) => read_document(f)?,
+                None => String::new(),
+            };
+            let req = pb::DiffPolicyRequest {
+                policy_id,
+                from_version: from.unwrap_or(0),
+                to_version: to.unwrap_or(0),
+                yaml,
+            };
+            let r = admin
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.diff_policy(req).await }
+                })
+                .await?;
+            let text = if r.diff.is_empty() {
+                format!(
+                    "no change between version {} and {}\n",
+                    r.from_version, r.to_version
+                )
+            } else {
+                format!(
+                    "from version {} to {}:\n{}\n",
+                    r.from_version,
+                    r.to_version,
+                    r.diff.trim_end()
+                )
+            };
+            Ok(Rendered::new(
+                text,
+                json!({"from_version": r.from_version, "to_version": r.to_version, "diff": r.diff}),
+            ))
+        }
+        PolicyCmd::Rollback {
+            policy_id,
+            to_version,
+            dry_run,
+        } => {
+            let req = pb::RollbackPolicyRequest {
+                policy_id: policy_id.clone(),
+                to_version,
+                dry_run,
+            };
+            let r = admin
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.rollback_policy(req).await }
+                })
+                .await?;
+            let text = format!(
+                "policy {policy_id} {} version {} (content of version {to_version})\n{}",
+                if dry_run { "would become" } else { "is now" },
+                r.version,
+                r.diff
+            );
+            Ok(Rendered::new(
+                text,
+                json!({"policy_id": policy_id, "version": r.version, "rolled_back_to": to_version, "diff": r.diff, "dry_run": dry_run}),
+            ))
+        }
+    }
+}

@@ -218,3 +218,25 @@ mod tests {
         assert!(e.contains("bootstrap"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod deploy_examples {
+    use super::*;
+
+    /// The example configurations shipped in `deploy/config` stay valid.
+    #[test]
+    fn shipped_examples_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("deploy/config exists") {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let cfg = AllocatorConfig::load(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!(cfg.is_root(), cfg.upstream.is_empty());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 4, "expected the root, region, cell and dev examples");
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod ctl;
+pub mod http;
 pub mod metrics;
 pub mod raft;
 pub mod replica;

@@ -237,6 +237,9 @@ mod deploy_examples {
                 seen += 1;
             }
         }
-        assert!(seen >= 4, "expected the root, region, cell and dev examples");
+        assert!(
+            seen >= 4,
+            "expected the root, region, cell and dev examples"
+        );
     }
 }

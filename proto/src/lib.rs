@@ -30,6 +30,8 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// answers UNAVAILABLE, so the caller can retry there.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
 
+pub mod transport;
+
 /// Leasehold's own protocols.
 pub mod leasehold {
     /// Version 1 of the lease, admin and admit protocols.

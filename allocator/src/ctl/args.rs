@@ -77,6 +77,40 @@ pub enum Command {
     Audit(AuditCmd),
     /// The health of the cluster at a glance.
     Status,
+    /// Certificates for mutual TLS.
+    #[command(subcommand)]
+    Certs(CertsCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CertsCmd {
+    /// Create a development CA and a certificate per identity, with the role encoded in it.
+    Init {
+        /// Directory to write `ca.pem` and `<role>-<name>.pem` / `-key.pem` into.
+        #[arg(long)]
+        out: PathBuf,
+        /// Allocator node names, comma separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "global-1,global-2,global-3"
+        )]
+        allocators: Vec<String>,
+        /// Agent (holder) names, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "agent-1")]
+        agents: Vec<String>,
+        /// Admin names, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "admin")]
+        admins: Vec<String>,
+        /// DNS names and IPs that allocators and agents serve on.
+        #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1,::1")]
+        hosts: Vec<String>,
+        #[arg(long, default_value_t = 30)]
+        valid_days: u32,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -2,6 +2,7 @@
 
 pub mod args;
 mod budget;
+mod certs;
 pub mod client;
 pub mod error;
 mod ops;
@@ -42,6 +43,9 @@ pub async fn run(cli: Cli) -> i32 {
 
 async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
     let json = cli.output == OutputFormat::Json;
+    if let Command::Certs(c) = cli.command {
+        return certs::run(c).map(Some);
+    }
     let settings = Settings::resolve(&cli.conn)?;
     let mut admin = Admin::connect(settings).await?;
     let out = match cli.command {
@@ -59,6 +63,7 @@ async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
             out
         }
         Command::Status => ops::run_status(&mut admin).await?,
+        Command::Certs(_) => unreachable!("handled before connecting"),
     };
     Ok(Some(out))
 }

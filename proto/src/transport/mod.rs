@@ -53,7 +53,7 @@ pub use auth::{check_acts_as, check_role, peer_identity, require_role, AuthMode}
 pub use channel::{
     ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ADDRESS_LEN_MAX,
 };
-pub use identity::{IdentityError, IdentityUri, PeerIdentity, Role};
+pub use identity::{IdentityError, IdentityUri, PeerIdentity, Role, DEFAULT_TRUST_DOMAIN};
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};
 pub use pki::{
     DevPki, IssuedCert, PkiError, PkiSpec, NOT_BEFORE_BACKDATE_S, PKI_HOSTS_MAX,

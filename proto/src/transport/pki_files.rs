@@ -28,7 +28,7 @@ pub fn key_file_name(identity: &PeerIdentity) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum PkiFilesError {
     /// A file exists and overwriting was not asked for. Nothing was written.
-    #[error("`{}` already exists; nothing was written (pass force to overwrite)", path.display())]
+    #[error("`{}` already exists; nothing was written (use --force, or `force: true`, to overwrite)", path.display())]
     Exists {
         /// The existing file.
         path: PathBuf,

@@ -7,4 +7,6 @@ pub mod http;
 pub mod metrics;
 pub mod raft;
 pub mod replica;
+pub mod service;
+pub mod state;
 pub mod storage;

@@ -226,3 +226,18 @@ mod tests {
         assert_eq!(c.now(), Nanos(3));
     }
 }
+
+/// Wall-clock time as nanoseconds since the UNIX epoch. It can step in either direction;
+/// pass its readings through a [`ClockGuard`] before deciding anything with them. Used
+/// where a timeline must be comparable with calendar instants (a policy's `effective_at`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now(&self) -> Nanos {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+}

@@ -12,7 +12,7 @@ pub const POLICIES_MAX_DEFAULT: usize = 10_000;
 pub const VERSIONS_KEPT_MAX_DEFAULT: usize = 32;
 
 /// Bounds on a [`PolicySet`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PolicySetLimits {
     /// Most distinct policy ids; applying a new id beyond it is refused.
     pub policies_max: usize,
@@ -30,7 +30,7 @@ impl Default for PolicySetLimits {
 }
 
 /// One numbered version of a policy.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PolicyVersion {
     /// Starts at 1 and grows by one per change; never reused, even after a rollback.
     pub version: u64,
@@ -66,7 +66,7 @@ pub enum PolicySetError {
 }
 
 /// Every policy's kept versions, by id.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PolicySet {
     limits: PolicySetLimits,
     policies: BTreeMap<String, VecDeque<PolicyVersion>>,

@@ -1,0 +1,628 @@
+//! The admin service: policies, budgets, leases, membership, emergencies, audit.
+//! Only admin certificates may call it; every change is audited under the caller's name.
+
+use super::auth::admin_caller;
+use super::budget::{budget_tree, rebalance};
+use super::cluster::ClusterControl;
+use super::convert::{
+    admin_status, emergency_from_pb, emergency_to_pb, lease_to_pb, replica_status,
+};
+use super::watch::policy_info;
+use crate::replica::Replica;
+use crate::state::{admin_prepare, AllocatorState, StateCommand, StateOutput};
+use leasehold_common::policy::diff;
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::admin_service_server::AdminService;
+use leasehold_proto::transport::AuthMode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// Audit entries sent per poll of a followed tail, and the poll interval.
+const AUDIT_BATCH_MAX: usize = 256;
+const AUDIT_POLL_MS: u64 = 200;
+
+pub struct AdminServer<R> {
+    replica: R,
+    auth: AuthMode,
+    cluster: Arc<dyn ClusterControl>,
+}
+
+impl<R: Replica<AllocatorState>> AdminServer<R> {
+    pub fn new(replica: R, auth: AuthMode, cluster: Arc<dyn ClusterControl>) -> Self {
+        AdminServer {
+            replica,
+            auth,
+            cluster,
+        }
+    }
+
+    async fn propose(&self, cmd: StateCommand) -> Result<StateOutput, Status> {
+        match self.replica.propose(cmd).await.map_err(replica_status)? {
+            StateOutput::Refused(e) => Err(admin_status(&e)),
+            out => Ok(out),
+        }
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&AllocatorState) -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        self.replica.read(f).await.map_err(replica_status)
+    }
+
+    async fn policy_change(
+        &self,
+        cmd: StateCommand,
+    ) -> Result<(String, u64, bool, String), Status> {
+        match self.propose(cmd).await? {
+            StateOutput::Policy {
+                policy_id,
+                version,
+                changed,
+                diff,
+            } => Ok((policy_id, version, changed, diff)),
+            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+fn nanos_to_ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+fn summary(state: &AllocatorState, id: &str) -> Option<pb::PolicySummary> {
+    let v = state.policies().get(id)?;
+    let meta = state.meta(id).cloned().unwrap_or_default();
+    Some(pb::PolicySummary {
+        policy_id: id.to_string(),
+        version: v.version,
+        shadow: v.policy.mode == leasehold_common::policy::Mode::Shadow,
+        kill_switch: v.policy.kill_switch,
+        effective_at_ms: nanos_to_ms(meta.effective_at_ns),
+        updated_at_ms: nanos_to_ms(meta.updated_at_ns),
+        updated_by: meta.updated_by,
+    })
+}
+
+#[tonic::async_trait]
+impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
+    async fn apply_policy(
+        &self,
+        req: Request<pb::ApplyPolicyRequest>,
+    ) -> Result<Response<pb::ApplyPolicyResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let effective_at_ns = r.effective_at_ms.saturating_mul(1_000_000);
+        if r.dry_run {
+            let policy = admin_prepare(&r.yaml, r.shadow).map_err(|e| admin_status(&e))?;
+            let id = policy.id.clone();
+            let (version, changed, diff) = self.read(move |s| s.preview(&policy)).await?;
+            return Ok(Response::new(pb::ApplyPolicyResponse {
+                policy_id: id,
+                version,
+                diff,
+                changed,
+            }));
+        }
+        let cmd = StateCommand::ApplyPolicy {
+            yaml: r.yaml,
+            shadow: r.shadow,
+            effective_at_ns,
+            actor,
+        };
+        let (policy_id, version, changed, diff) = self.policy_change(cmd).await?;
+        Ok(Response::new(pb::ApplyPolicyResponse {
+            policy_id,
+            version,
+            diff,
+            changed,
+        }))
+    }
+
+    async fn list_policies(
+        &self,
+        req: Request<pb::ListPoliciesRequest>,
+    ) -> Result<Response<pb::ListPoliciesResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let limit = if r.limit == 0 {
+            100
+        } else {
+            r.limit.min(1_000)
+        } as usize;
+        let policies = self
+            .read(move |s| {
+                s.policies()
+                    .current()
+                    .filter(|v| v.policy.id > r.after_policy_id)
+                    .take(limit)
+                    .filter_map(|v| summary(s, &v.policy.id))
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+        let next = if policies.len() == limit {
+            policies
+                .last()
+                .map(|p| p.policy_id.clone())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListPoliciesResponse {
+            policies,
+            next_after_policy_id: next,
+        }))
+    }
+
+    async fn get_policy(
+        &self,
+        req: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::GetPolicyResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let id = r.policy_id.clone();
+        let found = self
+            .read(move |s| {
+                let version = if r.version == 0 {
+                    s.policies().get(&r.policy_id)?.version
+                } else {
+                    r.version
+                };
+                Some((
+                    policy_info(s, &r.policy_id, version)?,
+                    summary(s, &r.policy_id)?,
+                ))
+            })
+            .await?;
+        let (policy, summary) = found.ok_or_else(|| {
+            Status::not_found(format!("no policy '{id}' (or no such version kept)"))
+        })?;
+        // Would-deny counts are kept by the agents that evaluate shadow policies; the
+        // allocator does not aggregate them yet, so none are reported here.
+        Ok(Response::new(pb::GetPolicyResponse {
+            policy: Some(policy),
+            summary: Some(summary),
+            shadow_stats: None,
+        }))
+    }
+
+    async fn diff_policy(
+        &self,
+        req: Request<pb::DiffPolicyRequest>,
+    ) -> Result<Response<pb::DiffPolicyResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let candidate = if r.yaml.is_empty() {
+            None
+        } else {
+            Some(admin_prepare(&r.yaml, false).map_err(|e| admin_status(&e))?)
+        };
+        let out = self
+            .read(move |s| -> Result<pb::DiffPolicyResponse, Status> {
+                let cur = s
+                    .policies()
+                    .get(&r.policy_id)
+                    .ok_or_else(|| Status::not_found(format!("no policy '{}'", r.policy_id)))?;
+                let from_v = if r.from_version == 0 {
+                    cur.version
+                } else {
+                    r.from_version
+                };
+                let from = s
+                    .policies()
+                    .get_version(&r.policy_id, from_v)
+                    .map_err(|e| Status::not_found(e.to_string()))?;
+                let (to_v, changes) = match &candidate {
+                    Some(p) => (0, diff(&from.policy, p)),
+                    None => {
+                        let to_v = if r.to_version == 0 {
+                            cur.version
+                        } else {
+                            r.to_version
+                        };
+                        let to = s
+                            .policies()
+                            .get_version(&r.policy_id, to_v)
+                            .map_err(|e| Status::not_found(e.to_string()))?;
+                        (to_v, diff(&from.policy, &to.policy))
+                    }
+                };
+                let text: Vec<String> = changes.iter().map(ToString::to_string).collect();
+                Ok(pb::DiffPolicyResponse {
+                    from_version: from_v,
+                    to_version: to_v,
+                    diff: text.join("\n"),
+                })
+            })
+            .await??;
+        Ok(Response::new(out))
+    }
+
+    async fn rollback_policy(
+        &self,
+        req: Request<pb::RollbackPolicyRequest>,
+    ) -> Result<Response<pb::RollbackPolicyResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        if r.dry_run {
+            let (id, to) = (r.policy_id.clone(), r.to_version);
+            let preview = self
+                .read(move |s| {
+                    s.policies()
+                        .get_version(&id, to)
+                        .map(|v| s.preview(&v.policy))
+                        .map_err(|e| Status::not_found(e.to_string()))
+                })
+                .await??;
+            return Ok(Response::new(pb::RollbackPolicyResponse {
+                version: preview.0,
+                diff: preview.2,
+            }));
+        }
+        let cmd = StateCommand::RollbackPolicy {
+            policy_id: r.policy_id,
+            to_version: r.to_version,
+            actor,
+        };
+        let (_, version, _, diff) = self.policy_change(cmd).await?;
+        Ok(Response::new(pb::RollbackPolicyResponse { version, diff }))
+    }
+
+    async fn show_budget(
+        &self,
+        req: Request<pb::ShowBudgetRequest>,
+    ) -> Result<Response<pb::ShowBudgetResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let id = r.policy_id.clone();
+        let out = self
+            .read(move |s| {
+                budget_tree(s, &r.policy_id, &r.key).map(|root| {
+                    (
+                        root,
+                        s.ledger().policy(&r.policy_id).map_or(0, |p| p.version),
+                    )
+                })
+            })
+            .await?;
+        let (root, policy_version) = out.ok_or_else(|| {
+            Status::not_found(format!("no leased policy '{id}' on this allocator"))
+        })?;
+        Ok(Response::new(pb::ShowBudgetResponse {
+            root: Some(root),
+            window_ms: 0,
+            policy_version,
+        }))
+    }
+
+    async fn set_budget(
+        &self,
+        req: Request<pb::SetBudgetRequest>,
+    ) -> Result<Response<pb::SetBudgetResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        if r.rate_milli_per_sec == 0 || r.burst == 0 {
+            return Err(Status::invalid_argument(
+                "rate_milli_per_sec and burst must be positive",
+            ));
+        }
+        if r.dry_run {
+            return Err(Status::unimplemented(
+                "dry_run for budget set: use `policy diff -f` with the edited document",
+            ));
+        }
+        let cmd = StateCommand::SetRate {
+            policy_id: r.policy_id,
+            rate_milli_per_sec: r.rate_milli_per_sec,
+            burst: r.burst,
+            actor,
+        };
+        let (_, policy_version, _, diff) = self.policy_change(cmd).await?;
+        Ok(Response::new(pb::SetBudgetResponse {
+            policy_version,
+            diff,
+        }))
+    }
+
+    async fn split_budget(
+        &self,
+        req: Request<pb::SplitBudgetRequest>,
+    ) -> Result<Response<pb::SplitBudgetResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let mut weights = BTreeMap::new();
+        for c in &r.children {
+            if c.name.is_empty() || c.weight == 0 {
+                return Err(Status::invalid_argument(format!(
+                    "child '{}': needs a name and a positive weight",
+                    c.name
+                )));
+            }
+            if weights
+                .insert(c.name.clone(), u64::from(c.weight))
+                .is_some()
+            {
+                return Err(Status::invalid_argument(format!(
+                    "child '{}' named twice",
+                    c.name
+                )));
+            }
+        }
+        let reserve_ppm = (r.reserve_ppm > 0).then_some(u64::from(r.reserve_ppm));
+        if !r.dry_run {
+            let cmd = StateCommand::SplitBudget {
+                policy_id: r.policy_id.clone(),
+                weights: weights.clone(),
+                reserve_ppm,
+                actor,
+            };
+            self.propose(cmd).await?;
+        }
+        let id = r.policy_id.clone();
+        let (rate_milli, version) = self
+            .read(move |s| {
+                s.ledger().policy(&id).map(|p| {
+                    (
+                        u128::from(p.rate.units()) * 1_000_000_000_000
+                            / u128::from(p.rate.period_ns()),
+                        p.version,
+                    )
+                })
+            })
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
+        let total: u128 = weights.values().map(|w| u128::from(*w)).sum();
+        let children = weights
+            .iter()
+            .map(|(name, w)| pb::BudgetNode {
+                level: "holder".into(),
+                name: name.clone(),
+                weight: u32::try_from(*w).unwrap_or(u32::MAX),
+                rate_milli_per_sec: u64::try_from(rate_milli * u128::from(*w) / total.max(1))
+                    .unwrap_or(u64::MAX),
+                reserve_ppm: r.reserve_ppm,
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(pb::SplitBudgetResponse {
+            policy_version: version,
+            diff: String::new(),
+            children,
+        }))
+    }
+
+    async fn rebalance_budget(
+        &self,
+        req: Request<pb::RebalanceBudgetRequest>,
+    ) -> Result<Response<pb::RebalanceBudgetResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let id = r.policy_id.clone();
+        let (weights, changes) = self
+            .read(move |s| rebalance(s, &id))
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
+        if !r.dry_run && !weights.is_empty() {
+            let cmd = StateCommand::SplitBudget {
+                policy_id: r.policy_id,
+                weights,
+                reserve_ppm: None,
+                actor,
+            };
+            self.propose(cmd).await?;
+        }
+        Ok(Response::new(pb::RebalanceBudgetResponse { changes }))
+    }
+
+    async fn list_leases(
+        &self,
+        req: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let limit = if r.limit == 0 {
+            100
+        } else {
+            r.limit.min(1_000)
+        } as usize;
+        let leases = self
+            .read(move |s| {
+                s.ledger()
+                    .leases()
+                    .filter(|l| l.lease.lease_id > r.after_lease_id)
+                    .filter(|l| r.holder_id.is_empty() || l.lease.holder_id == r.holder_id)
+                    .filter(|l| r.policy_id.is_empty() || l.lease.policy_id == r.policy_id)
+                    .take(limit)
+                    .map(|l| pb::LeaseState {
+                        lease: Some(lease_to_pb(&l.lease)),
+                        used: l.used,
+                        expires_at_ns: l.lease.grantor_expiry_ns(),
+                        last_report_at_ns: 0,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+        let next = if leases.len() == limit {
+            leases
+                .last()
+                .and_then(|l| l.lease.as_ref())
+                .map_or(0, |l| l.lease_id)
+        } else {
+            0
+        };
+        Ok(Response::new(pb::ListLeasesResponse {
+            leases,
+            next_after_lease_id: next,
+        }))
+    }
+
+    async fn revoke_lease(
+        &self,
+        req: Request<pb::RevokeLeaseRequest>,
+    ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        match self
+            .propose(StateCommand::Revoke {
+                lease_id: r.lease_id,
+                reason: r.reason,
+                actor,
+            })
+            .await?
+        {
+            StateOutput::Revoked { outstanding } => {
+                Ok(Response::new(pb::RevokeLeaseResponse { outstanding }))
+            }
+            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn cluster_status(
+        &self,
+        req: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        self.cluster.status().await.map(Response::new)
+    }
+
+    async fn add_learner(
+        &self,
+        req: Request<pb::AddLearnerRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        self.cluster
+            .add_learner(r.node_id, r.addr)
+            .await
+            .map(Response::new)
+    }
+
+    async fn promote_voter(
+        &self,
+        req: Request<pb::PromoteVoterRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        self.cluster
+            .promote(req.into_inner().node_id)
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        admin_caller(&self.auth, &req)?;
+        self.cluster
+            .remove(req.into_inner().node_id)
+            .await
+            .map(Response::new)
+    }
+
+    async fn set_emergency(
+        &self,
+        req: Request<pb::SetEmergencyRequest>,
+    ) -> Result<Response<pb::SetEmergencyResponse>, Status> {
+        let actor = admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let switch = r
+            .emergency
+            .ok_or_else(|| Status::invalid_argument("emergency: required"))?;
+        let emergency = emergency_from_pb(&switch)?;
+        match self
+            .propose(StateCommand::SetEmergency {
+                emergency,
+                reason: r.reason,
+                actor,
+            })
+            .await?
+        {
+            StateOutput::Emergency {
+                previous,
+                watch_seq,
+            } => Ok(Response::new(pb::SetEmergencyResponse {
+                previous: Some(emergency_to_pb(&previous)),
+                watch_seq,
+            })),
+            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    type TailAuditStream = tokio_stream::wrappers::ReceiverStream<Result<pb::AuditEntry, Status>>;
+
+    async fn tail_audit(
+        &self,
+        req: Request<pb::TailAuditRequest>,
+    ) -> Result<Response<Self::TailAuditStream>, Status> {
+        admin_caller(&self.auth, &req)?;
+        let r = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let replica = self.replica.clone();
+        tokio::spawn(async move {
+            let limit = if r.limit == 0 { 20 } else { r.limit as usize };
+            let mut after = r.after_seq;
+            let mut first = true;
+            loop {
+                let (rr, tail) = (r.clone(), first);
+                let batch = replica
+                    .read(move |s| {
+                        let matching: Vec<pb::AuditEntry> = s
+                            .audit()
+                            .filter(|e| e.seq > after)
+                            .filter(|e| rr.actor.is_empty() || e.actor == rr.actor)
+                            .filter(|e| {
+                                rr.target_prefix.is_empty()
+                                    || e.target.starts_with(&rr.target_prefix)
+                            })
+                            .map(|e| pb::AuditEntry {
+                                seq: e.seq,
+                                at_ms: e.at_ns / 1_000_000,
+                                actor: e.actor.clone(),
+                                action: e.action.clone(),
+                                target: e.target.clone(),
+                                before: e.before.clone(),
+                                after: e.after.clone(),
+                                content_type: "text/plain".into(),
+                                reason: e.reason.clone(),
+                            })
+                            .collect();
+                        // The first batch is the newest `limit` entries; later ones everything new.
+                        let skip = if tail {
+                            matching.len().saturating_sub(limit)
+                        } else {
+                            0
+                        };
+                        matching
+                            .into_iter()
+                            .skip(skip)
+                            .take(AUDIT_BATCH_MAX)
+                            .collect::<Vec<_>>()
+                    })
+                    .await;
+                let batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(replica_status(e))).await;
+                        return;
+                    }
+                };
+                first = false;
+                for e in batch {
+                    after = e.seq;
+                    if tx.send(Ok(e)).await.is_err() {
+                        return;
+                    }
+                }
+                if !r.follow || tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(AUDIT_POLL_MS)).await;
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
+    }
+}

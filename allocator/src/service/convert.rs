@@ -1,0 +1,136 @@
+//! Between ledger and state types and their wire messages; errors to gRPC statuses.
+
+use crate::replica::ReplicaError;
+use crate::state::{AdminError, Emergency, EmergencyMode};
+use leasehold_common::lease::Lease;
+use leasehold_common::ledger::{DenyReason, LedgerError};
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::LEADER_METADATA_KEY;
+use tonic::{Code, Status};
+
+pub fn lease_to_pb(l: &Lease) -> pb::Lease {
+    pb::Lease {
+        lease_id: l.lease_id,
+        grantor_id: l.grantor_id.clone(),
+        policy_id: l.policy_id.clone(),
+        policy_version: l.policy_version,
+        key: l.key.clone(),
+        holder_id: l.holder_id.clone(),
+        credit: l.credit,
+        epoch: l.epoch,
+        issued_at_ns: l.issued_at_ns,
+        ttl_ms: l.ttl_ms,
+        generation: l.generation,
+        parent_lease_id: l.parent_lease_id,
+        key_id: l.key_id.clone(),
+        signature: l.signature.clone(),
+    }
+}
+
+pub fn lease_from_pb(l: &pb::Lease) -> Lease {
+    Lease {
+        lease_id: l.lease_id,
+        grantor_id: l.grantor_id.clone(),
+        policy_id: l.policy_id.clone(),
+        policy_version: l.policy_version,
+        key: l.key.clone(),
+        holder_id: l.holder_id.clone(),
+        credit: l.credit,
+        epoch: l.epoch,
+        issued_at_ns: l.issued_at_ns,
+        ttl_ms: l.ttl_ms,
+        generation: l.generation,
+        parent_lease_id: l.parent_lease_id,
+        key_id: l.key_id.clone(),
+        signature: l.signature.clone(),
+    }
+}
+
+pub fn deny_to_pb(r: DenyReason) -> pb::DenyReason {
+    match r {
+        DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
+        DenyReason::FairShare => pb::DenyReason::FairShare,
+        DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
+    }
+}
+
+pub fn emergency_to_pb(e: &Emergency) -> pb::EmergencySwitch {
+    pb::EmergencySwitch {
+        policy_id: e.policy_id.clone(),
+        mode: match e.mode {
+            EmergencyMode::Normal => pb::EmergencyMode::Normal,
+            EmergencyMode::FailOpen => pb::EmergencyMode::FailOpen,
+            EmergencyMode::Restricted => pb::EmergencyMode::Restricted,
+        } as i32,
+        min_priority: e.min_priority,
+        restricted_rate_milli_per_sec: e.restricted_rate_milli_per_sec,
+    }
+}
+
+pub fn emergency_from_pb(e: &pb::EmergencySwitch) -> Result<Emergency, Status> {
+    let mode = match pb::EmergencyMode::try_from(e.mode) {
+        Ok(pb::EmergencyMode::Normal) => EmergencyMode::Normal,
+        Ok(pb::EmergencyMode::FailOpen) => EmergencyMode::FailOpen,
+        Ok(pb::EmergencyMode::Restricted) => EmergencyMode::Restricted,
+        _ => {
+            return Err(Status::invalid_argument(
+                "emergency.mode: must be NORMAL, FAIL_OPEN or RESTRICTED",
+            ))
+        }
+    };
+    if mode == EmergencyMode::Restricted && e.restricted_rate_milli_per_sec == 0 {
+        return Err(Status::invalid_argument(
+            "emergency.restricted_rate_milli_per_sec: required for RESTRICTED",
+        ));
+    }
+    Ok(Emergency {
+        policy_id: e.policy_id.clone(),
+        mode,
+        min_priority: e.min_priority,
+        restricted_rate_milli_per_sec: e.restricted_rate_milli_per_sec,
+    })
+}
+
+pub fn ledger_status(e: &LedgerError) -> Status {
+    let code = match e {
+        LedgerError::UnknownPolicy(_)
+        | LedgerError::UnknownLease(_)
+        | LedgerError::UnknownKey(_) => Code::NotFound,
+        LedgerError::NotHolder { .. } => Code::PermissionDenied,
+        LedgerError::LeaseClosed { .. }
+        | LedgerError::StaleRequest { .. }
+        | LedgerError::StalePolicyVersion { .. } => Code::FailedPrecondition,
+        LedgerError::LimitReached { .. } => Code::ResourceExhausted,
+        _ => Code::InvalidArgument,
+    };
+    Status::new(code, e.to_string())
+}
+
+pub fn admin_status(e: &AdminError) -> Status {
+    match e {
+        AdminError::Invalid(m) => Status::invalid_argument(m.clone()),
+        AdminError::NotFound(m) => Status::not_found(m.clone()),
+        AdminError::Refused(m) => Status::failed_precondition(m.clone()),
+    }
+}
+
+/// A replication failure as a status; not-leader carries the leader's address so clients
+/// can switch (`leasehold-leader` metadata).
+pub fn replica_status(e: ReplicaError) -> Status {
+    match e {
+        ReplicaError::NotLeader { leader_addr, .. } => {
+            let mut status = Status::unavailable(format!(
+                "not the leader; leader is {}",
+                leader_addr.as_deref().unwrap_or("unknown")
+            ));
+            if let Some(addr) = leader_addr.and_then(|a| a.parse().ok()) {
+                status.metadata_mut().insert(LEADER_METADATA_KEY, addr);
+            }
+            status
+        }
+        ReplicaError::Unavailable(m) => Status::unavailable(m),
+        ReplicaError::Unknown(m) => Status::unavailable(format!(
+            "outcome unknown, retry with the same request id: {m}"
+        )),
+    }
+}

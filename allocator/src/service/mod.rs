@@ -1,0 +1,16 @@
+//! The allocator's gRPC services over replicated state: the lease service for downstream
+//! holders and the admin service for operators.
+
+pub mod admin;
+pub mod auth;
+pub mod budget;
+pub mod cluster;
+pub mod convert;
+pub mod lease;
+pub mod ticker;
+pub mod watch;
+
+pub use admin::AdminServer;
+pub use cluster::{ClusterControl, SingleNode};
+pub use lease::LeaseServer;
+pub use watch::WatchSettings;

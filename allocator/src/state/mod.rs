@@ -1,0 +1,229 @@
+//! The allocator's replicated state: the credit ledger plus everything admins change.
+//!
+//! [`AllocatorState`] is a [`Machine`]: every change is a [`StateCommand`] applied at the
+//! time the orderer stamped into it, so all replicas agree. It holds the ledger, the
+//! versioned policy documents, emergency switches, the audit trail and the events pushed to
+//! holders on their watch streams. Admin changes always write an audit entry naming the
+//! caller, with the state before and after.
+
+mod admin;
+pub mod records;
+
+pub use admin::{prepare as admin_prepare, AdminError};
+pub use records::{AuditEntry, Emergency, EmergencyMode, Event, EventKind};
+
+use crate::replica::Machine;
+use leasehold_common::ledger::{Command, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams};
+use leasehold_common::policy::{PolicySet, PolicySetLimits};
+use leasehold_common::time::Nanos;
+use records::Ring;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Audit entries kept; older ones are dropped (export them if you need more).
+pub const AUDIT_ENTRIES_MAX: usize = 10_000;
+/// Watch events kept for holders that reconnect with `after_seq`.
+pub const WATCH_EVENTS_MAX: usize = 4_096;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateCommand {
+    /// A holder's acquire, report or release, or the ledger's tick.
+    Ledger(Command),
+    ApplyPolicy {
+        yaml: String,
+        shadow: bool,
+        /// 0: the document's own `effective_at`, or now.
+        effective_at_ns: u64,
+        actor: String,
+    },
+    RollbackPolicy {
+        policy_id: String,
+        to_version: u64,
+        actor: String,
+    },
+    SetRate {
+        policy_id: String,
+        rate_milli_per_sec: u64,
+        burst: u64,
+        actor: String,
+    },
+    SplitBudget {
+        policy_id: String,
+        weights: BTreeMap<String, u64>,
+        reserve_ppm: Option<u64>,
+        actor: String,
+    },
+    Revoke {
+        lease_id: u64,
+        reason: String,
+        actor: String,
+    },
+    SetEmergency {
+        emergency: Emergency,
+        reason: String,
+        actor: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateOutput {
+    Ledger(Result<Outcome, LedgerError>),
+    Policy {
+        policy_id: String,
+        version: u64,
+        changed: bool,
+        diff: String,
+    },
+    Revoked {
+        outstanding: u64,
+    },
+    Emergency {
+        previous: Emergency,
+        watch_seq: u64,
+    },
+    Budget,
+    Refused(AdminError),
+}
+
+/// A policy version waiting for its effective time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub version: u64,
+    pub effective_at_ns: u64,
+}
+
+/// Who last changed a policy, and when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyMeta {
+    pub updated_by: String,
+    pub updated_at_ns: u64,
+    pub effective_at_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorState {
+    ledger: Ledger,
+    policies: PolicySet,
+    meta: BTreeMap<String, PolicyMeta>,
+    pending: BTreeMap<String, Pending>,
+    emergency: BTreeMap<String, Emergency>,
+    audit: Ring<AuditEntry>,
+    events: Ring<Event>,
+}
+
+impl AllocatorState {
+    pub fn new(ledger: LedgerConfig) -> Self {
+        AllocatorState {
+            ledger: Ledger::new(ledger),
+            policies: PolicySet::new(PolicySetLimits::default()),
+            meta: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            emergency: BTreeMap::new(),
+            audit: Ring::new(AUDIT_ENTRIES_MAX),
+            events: Ring::new(WATCH_EVENTS_MAX),
+        }
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    pub fn meta(&self, policy_id: &str) -> Option<&PolicyMeta> {
+        self.meta.get(policy_id)
+    }
+
+    pub fn emergency(&self, policy_id: &str) -> Emergency {
+        self.emergency
+            .get(policy_id)
+            .cloned()
+            .unwrap_or_else(|| Emergency {
+                policy_id: policy_id.to_string(),
+                ..Emergency::default()
+            })
+    }
+
+    pub fn audit(&self) -> impl DoubleEndedIterator<Item = &AuditEntry> {
+        self.audit.iter()
+    }
+
+    /// Events with a sequence number above `after_seq`, oldest first.
+    pub fn events_after(&self, after_seq: u64) -> impl Iterator<Item = &Event> {
+        self.events.iter().filter(move |e| e.seq > after_seq)
+    }
+
+    pub fn next_event_seq(&self) -> u64 {
+        self.events.next_seq()
+    }
+
+    fn tick(&mut self, now: Nanos) -> StateOutput {
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.effective_at_ns <= now.0)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            if let Some(p) = self.pending.remove(&id) {
+                self.make_effective(&id, p.version, now);
+            }
+        }
+        StateOutput::Ledger(self.ledger.apply(now, Command::Tick))
+    }
+
+    /// Hands version `version` of a policy to the ledger (if it is leased) and tells holders.
+    fn make_effective(&mut self, policy_id: &str, version: u64, now: Nanos) {
+        if let Ok(v) = self.policies.get_version(policy_id, version) {
+            if let Ok(params) = PolicyParams::from_policy(&v.policy, version) {
+                // A stale or refused version leaves the ledger on the previous one.
+                let _ = self.ledger.apply(now, Command::PutPolicy(params));
+            }
+        }
+        let id = policy_id.to_string();
+        self.events.push(|seq| Event {
+            seq,
+            kind: EventKind::PolicyChanged {
+                policy_id: id,
+                version,
+            },
+        });
+    }
+
+    fn record(
+        &mut self,
+        now: Nanos,
+        actor: &str,
+        action: &str,
+        target: &str,
+        change: (String, String),
+        reason: &str,
+    ) {
+        let (before, after) = change;
+        self.audit.push(|seq| AuditEntry {
+            seq,
+            at_ns: now.0,
+            actor: actor.to_string(),
+            action: action.to_string(),
+            target: target.to_string(),
+            before,
+            after,
+            reason: reason.to_string(),
+        });
+    }
+}
+
+impl Machine for AllocatorState {
+    type Command = StateCommand;
+    type Output = StateOutput;
+
+    fn apply(&mut self, now: Nanos, command: StateCommand) -> StateOutput {
+        match command {
+            StateCommand::Ledger(Command::Tick) => self.tick(now),
+            StateCommand::Ledger(c) => StateOutput::Ledger(self.ledger.apply(now, c)),
+            other => self.apply_admin(now, other),
+        }
+    }
+}

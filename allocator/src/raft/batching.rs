@@ -4,14 +4,16 @@
 //! `batch_commands_max`) become one log entry, stamped with one leader time, so a burst of
 //! requests costs one replication round and one fsync instead of one each. Batches are handed to
 //! Raft in order by this single task, which keeps stamps non-decreasing; their commits are awaited
-//! concurrently (at most `batches_in_flight_max` at a time) so replication pipelines.
+//! concurrently, at most `batches_in_flight_max` at a time. While that pipeline is full, new
+//! commands wait in the queue and leave together in the next entry, so batches grow with load
+//! and no command waits for a batch to fill.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Raft, RaftMetrics};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use super::machine::{decode_batch_result, encode_batch, BatchResult, SharedMachine};
 use super::time::{LeaderClock, TimeSource};
@@ -115,6 +117,17 @@ impl<M: Machine> Proposer<M> {
                     None => return,
                 },
             };
+            // Waiting for a pipeline slot before draining is what forms batches under load:
+            // everything that queues up while the pipeline is full leaves in the next entry.
+            let permit = tokio::select! {
+                _ = stop.wait_for(|s| *s) => {
+                    fail_all(vec![first], &ReplicaError::Unavailable("node shutting down".into()));
+                    break;
+                }
+                permit = Arc::clone(&self.in_flight).acquire_owned() => {
+                    permit.expect("the in-flight semaphore is never closed")
+                }
+            };
             let mut batch = vec![first];
             while batch.len() < self.settings.batch_commands_max {
                 match queue.try_recv() {
@@ -122,7 +135,7 @@ impl<M: Machine> Proposer<M> {
                     Err(_) => break,
                 }
             }
-            self.propose(batch).await;
+            self.propose(batch, permit).await;
         }
         queue.close();
         let mut rest = Vec::new();
@@ -135,7 +148,7 @@ impl<M: Machine> Proposer<M> {
         );
     }
 
-    async fn propose(&mut self, batch: Vec<Proposal<M>>) {
+    async fn propose(&mut self, batch: Vec<Proposal<M>>, permit: OwnedSemaphorePermit) {
         let term = match self.check_leadership().await {
             Ok(term) => term,
             Err(e) => return fail_all(batch, &e),
@@ -157,10 +170,6 @@ impl<M: Machine> Proposer<M> {
                     .for_each(|r| drop(r.send(Err(err.clone()))));
             }
         };
-        let permit = Arc::clone(&self.in_flight)
-            .acquire_owned()
-            .await
-            .expect("the in-flight semaphore is never closed");
         let command = RaftCommand {
             payload,
             leader_time_ns: stamp,

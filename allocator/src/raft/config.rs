@@ -37,7 +37,8 @@ pub struct NodeConfig {
     pub proposals_queue_max: usize,
     /// Most commands replicated together in one log entry.
     pub batch_commands_max: usize,
-    /// Most batches proposed but not yet answered.
+    /// Most batches proposed but not yet answered; while this many are in flight, new
+    /// commands gather into the next batch.
     pub batches_in_flight_max: usize,
     /// How long a proposal may wait for its batch to commit, in milliseconds.
     pub propose_timeout_ms: u64,
@@ -71,7 +72,7 @@ impl NodeConfig {
             snapshot_chunk_len_max_bytes: 3 * 1024 * 1024,
             proposals_queue_max: 10_000,
             batch_commands_max: 256,
-            batches_in_flight_max: 64,
+            batches_in_flight_max: 8,
             propose_timeout_ms: 5_000,
             read_timeout_ms: 2_000,
             shutdown_timeout_ms: 2_000,

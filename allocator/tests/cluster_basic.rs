@@ -133,3 +133,43 @@ async fn a_minority_cannot_grant_and_applies_nothing() {
     assert_eq!(survivor.read_local(|l| l.clone()), before);
     survivor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_signal_stops_a_single_node_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (signal, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let node = leasehold_allocator::raft::RaftNode::start(
+        cluster_support::test_config(1, &addr, dir.path()),
+        leasehold_common::ledger::Ledger::new(leasehold_common::ledger::LedgerConfig::root("g")),
+        listener,
+        async move {
+            let _ = on_signal.await;
+        },
+    )
+    .await
+    .unwrap();
+    node.initialize([(1, addr.clone())].into()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.propose(policy()).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "single node never accepted a command"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = node.propose(acquire("h1", 1, 4)).await.unwrap().unwrap();
+    assert!(matches!(out, Outcome::Granted(_)), "{out:?}");
+
+    signal.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(&addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "raft endpoint still accepting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        node.propose(Command::Tick).await,
+        Err(ReplicaError::Unavailable(_))
+    ));
+}

@@ -110,7 +110,9 @@ impl<M: Machine> Proposer<M> {
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
+            // Stop first: once shutdown began, no queued command is proposed any more.
             let first = tokio::select! {
+                biased;
                 _ = stop.wait_for(|s| *s) => break,
                 p = queue.recv() => match p {
                     Some(p) => p,
@@ -120,6 +122,7 @@ impl<M: Machine> Proposer<M> {
             // Waiting for a pipeline slot before draining is what forms batches under load:
             // everything that queues up while the pipeline is full leaves in the next entry.
             let permit = tokio::select! {
+                biased;
                 _ = stop.wait_for(|s| *s) => {
                     fail_all(vec![first], &ReplicaError::Unavailable("node shutting down".into()));
                     break;

@@ -116,6 +116,19 @@ impl<M: Machine> RaftNode<M> {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, NodeError> {
         let raft_config = Arc::new(config.raft_config()?);
+        // A chunk travels with its metadata in one message; it must fit with room to spare.
+        let chunk_bytes =
+            usize::try_from(config.snapshot_chunk_len_max_bytes).unwrap_or(usize::MAX);
+        if chunk_bytes.saturating_mul(2) > hooks.transport.message_len_max_bytes {
+            return Err(NodeError::InvalidConfig {
+                field: "snapshot_chunk_len_max_bytes",
+                reason: format!(
+                    "{chunk_bytes} bytes leaves no room for metadata within the transport's \
+                     message_len_max_bytes = {}; keep it at most half of that",
+                    hooks.transport.message_len_max_bytes
+                ),
+            });
+        }
         encode_snapshot(&initial, 0).map_err(|e| NodeError::StateEncoding(e.to_string()))?;
         let shared = Arc::new(SharedMachine::new(initial));
         let applier = MachineApplier::new(Arc::clone(&shared), Arc::clone(&hooks.time));

@@ -22,6 +22,7 @@ const PROTO_FILES: &[&str] = &[
     "leasehold/v1/admin_cluster.proto",
     "leasehold/v1/admin.proto",
     "leasehold/v1/admit.proto",
+    "leasehold/v1/raft.proto",
 ];
 
 const PROTO_ROOT: &str = "proto";

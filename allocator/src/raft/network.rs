@@ -1,0 +1,260 @@
+//! Client side of Raft replication: openraft's network traits over the `RaftService` gRPC API.
+//!
+//! Each message is the postcard encoding of openraft's own request type; each answer is the
+//! postcard encoding of `Result<response, RaftError>` (see `leasehold/v1/raft.proto`). One
+//! lazily connected tonic `Channel` per peer is cached and shared by every replication stream
+//! to that peer; tonic reconnects it when the peer comes back.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_proto::leasehold::v1::raft_service_client::RaftServiceClient;
+use leasehold_proto::leasehold::v1::RaftBytes;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint, ServerTlsConfig};
+
+use super::types::{NodeAddr, TypeConfig};
+
+/// Adjusts every peer endpoint before it connects (keep-alive, proxies, custom TLS, ...).
+pub type EndpointHook =
+    Arc<dyn Fn(Endpoint) -> Result<Endpoint, tonic::transport::Error> + Send + Sync>;
+
+/// How nodes reach each other. Plaintext unless TLS is configured; production clusters set both
+/// TLS configs to mutual TLS so only peers holding a cluster certificate can replicate.
+#[derive(Clone)]
+pub struct TransportConfig {
+    /// TLS for outgoing connections; `None` connects over plaintext `http://`.
+    pub client_tls: Option<ClientTlsConfig>,
+    /// TLS for the node's own Raft endpoint; `None` serves plaintext.
+    pub server_tls: Option<ServerTlsConfig>,
+    /// Applied to each peer endpoint after the settings above.
+    pub endpoint_hook: Option<EndpointHook>,
+    /// Time allowed to establish a connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Largest encoded Raft message sent or accepted, in bytes.
+    pub message_len_max_bytes: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            client_tls: None,
+            server_tls: None,
+            endpoint_hook: None,
+            connect_timeout_ms: 1_000,
+            message_len_max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl std::fmt::Debug for TransportConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransportConfig")
+            .field("client_tls", &self.client_tls.is_some())
+            .field("server_tls", &self.server_tls.is_some())
+            .field("endpoint_hook", &self.endpoint_hook.is_some())
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("message_len_max_bytes", &self.message_len_max_bytes)
+            .finish()
+    }
+}
+
+impl TransportConfig {
+    /// The endpoint for a peer at `addr` (`host:port`).
+    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, tonic::transport::Error> {
+        let scheme = if self.client_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+            .connect_timeout(Duration::from_millis(self.connect_timeout_ms))
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.client_tls {
+            endpoint = endpoint.tls_config(tls.clone())?;
+        }
+        match &self.endpoint_hook {
+            Some(hook) => hook(endpoint),
+            None => Ok(endpoint),
+        }
+    }
+}
+
+/// Creates per-peer network clients; shared channels live here.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    node_id: u64,
+    transport: TransportConfig,
+    channels: Arc<Mutex<HashMap<u64, (String, Channel)>>>,
+}
+
+impl NetworkFactory {
+    /// A factory for the node `node_id`.
+    pub fn new(node_id: u64, transport: TransportConfig) -> Self {
+        Self {
+            node_id,
+            transport,
+            channels: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn channel(&self, target: u64, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        // Only map lookups happen under the lock; `connect_lazy` does no I/O.
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, channel)) = channels.get(&target) {
+            if known == addr {
+                return Ok(channel.clone());
+            }
+        }
+        let channel = self.transport.endpoint(addr)?.connect_lazy();
+        channels.insert(target, (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &NodeAddr) -> PeerClient {
+        let client = self.channel(target, &node.addr).map(|channel| {
+            let max = self.transport.message_len_max_bytes;
+            RaftServiceClient::new(channel)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max)
+        });
+        PeerClient {
+            node_id: self.node_id,
+            target,
+            node: node.clone(),
+            client: client.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Raft RPCs to one peer.
+pub struct PeerClient {
+    node_id: u64,
+    target: u64,
+    node: NodeAddr,
+    /// The client, or why the peer's address could not be turned into an endpoint.
+    client: Result<RaftServiceClient<Channel>, String>,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<u64, NodeAddr, RaftError<u64, E>>>;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportFailure(String);
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        action: RPCTypes,
+        req: &Req,
+        ttl: Duration,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        let client = match &self.client {
+            Ok(client) => client.clone(),
+            Err(reason) => {
+                let failure = TransportFailure(format!(
+                    "peer {} address {:?} is unusable: {reason}",
+                    self.target, self.node.addr
+                ));
+                return Err(RPCError::Unreachable(Unreachable::new(&failure)));
+            }
+        };
+        let data = postcard::to_allocvec(req).map_err(|e| network_error(&e))?;
+        let mut request = tonic::Request::new(RaftBytes { data });
+        request.set_timeout(ttl);
+        let timeout = Timeout {
+            action,
+            id: self.node_id,
+            target: self.target,
+            timeout: ttl,
+        };
+        let reply = tokio::time::timeout(ttl, send(client, action, request))
+            .await
+            .map_err(|_| RPCError::Timeout(timeout))?
+            .map_err(|status| status_error(&status))?;
+        let answer: Result<Resp, RaftError<u64, E>> =
+            postcard::from_bytes(&reply.into_inner().data).map_err(|e| network_error(&e))?;
+        answer.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))
+        })
+    }
+}
+
+async fn send(
+    mut client: RaftServiceClient<Channel>,
+    action: RPCTypes,
+    request: tonic::Request<RaftBytes>,
+) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+    match action {
+        RPCTypes::Vote => client.vote(request).await,
+        RPCTypes::AppendEntries => client.append_entries(request).await,
+        RPCTypes::InstallSnapshot => client.install_snapshot(request).await,
+    }
+}
+
+fn network_error<E: Error + 'static, F: Error>(
+    e: &E,
+) -> RPCError<u64, NodeAddr, RaftError<u64, F>> {
+    RPCError::Network(NetworkError::new(e))
+}
+
+/// A peer that cannot be connected to is unreachable (openraft backs off); any other failure is a
+/// network error (openraft retries on its next replication round).
+fn status_error<F: Error>(status: &tonic::Status) -> RPCError<u64, NodeAddr, RaftError<u64, F>> {
+    match status.code() {
+        tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(status)),
+        _ => RPCError::Network(NetworkError::new(status)),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+        self.call(RPCTypes::AppendEntries, &rpc, option.hard_ttl())
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
+        self.call(RPCTypes::InstallSnapshot, &rpc, option.hard_ttl())
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
+        self.call(RPCTypes::Vote, &rpc, option.hard_ttl()).await
+    }
+}

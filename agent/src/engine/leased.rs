@@ -6,7 +6,7 @@ use super::check::restricted;
 use super::decision::{DenyReason, Outcome};
 use super::policy::CompiledPolicy;
 use super::stats::EngineCounters;
-use super::table::{Entry, EntryState};
+use super::table::{Entry, EntryState, NOT_ACQUIRING};
 use super::Engine;
 use crate::credit::{CreditSlot, SlotState};
 use leasehold_common::policy::FailureMode;
@@ -41,6 +41,10 @@ impl Engine {
         }
         if slot.try_spend(units, now.0) {
             return admitted(p, entry, slot, units);
+        }
+        if state != SlotState::Acquiring && state != SlotState::Idle {
+            // The wait for a lease restarts whenever the slot next waits for one.
+            reset_wait(acquiring_since_ns);
         }
         match state {
             SlotState::Active => {
@@ -103,7 +107,7 @@ impl Engine {
     ) -> Step {
         // The lease manager may have set Acquiring itself; the wait starts when seen.
         let since = match acquiring_since_ns.compare_exchange(
-            0,
+            NOT_ACQUIRING,
             ctx.now.0,
             Ordering::AcqRel,
             Ordering::Acquire,
@@ -139,6 +143,12 @@ impl Engine {
                 None => Step::deny(DenyReason::Restricted, 0, hint),
             },
         }
+    }
+}
+
+fn reset_wait(acquiring_since_ns: &AtomicU64) {
+    if acquiring_since_ns.load(Ordering::Relaxed) != NOT_ACQUIRING {
+        acquiring_since_ns.store(NOT_ACQUIRING, Ordering::Relaxed);
     }
 }
 

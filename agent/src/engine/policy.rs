@@ -140,7 +140,7 @@ impl CompiledPolicy {
                     .unwrap_or_else(|| Arc::new(CreditSlot::new()));
                 EntryState::Leased {
                     slot,
-                    acquiring_since_ns: AtomicU64::new(0),
+                    acquiring_since_ns: AtomicU64::new(super::table::NOT_ACQUIRING),
                 }
             }
             Enforcement::Local(spec) => EntryState::Local(Mutex::new(spec.build(now))),

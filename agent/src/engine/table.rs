@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 use crate::credit::CreditSlot;
 
+/// `acquiring_since_ns` before the engine has seen the slot wait for a lease.
+pub(crate) const NOT_ACQUIRING: u64 = u64::MAX;
+
 /// One key's state.
 #[derive(Debug)]
 pub struct Entry {
@@ -40,7 +43,7 @@ pub(crate) enum EntryState {
     Leased {
         slot: Arc<CreditSlot>,
         /// When this engine asked for the key's lease (monotonic ns), to bound how long a
-        /// missing first lease is waited for.
+        /// missing first lease is waited for; [`NOT_ACQUIRING`] before that.
         acquiring_since_ns: AtomicU64,
     },
     Local(Mutex<LocalLimiter>),

@@ -126,6 +126,17 @@ fn shadow_rules_admit_and_replaced_rules_are_not_applied() {
     let (allowed, outcomes) = decide(&e, &[file, free], 0);
     assert!(allowed);
     assert_eq!(outcomes, [Outcome::Replaced, Outcome::Admitted]);
+    let stats = e.stats();
+    let files = stats
+        .policies
+        .iter()
+        .find(|p| p.policy_id.starts_with("envoy-edge-path-"))
+        .unwrap();
+    assert_eq!(
+        files.counters.offered, 2,
+        "a replaced rule is offered nothing"
+    );
+    assert_eq!(files.counters.shadow_denied, 1);
 }
 
 #[test]

@@ -23,6 +23,13 @@
 //! operator's [`Emergency`] (`fail_open`, `restricted`) replaces normal enforcement; shadow
 //! mode turns every refusal into `ShadowDenied`, admitted and uncharged.
 //!
+//! **With the lease manager.** The manager drains [`Engine::take_acquire_queue`], deposits
+//! granted credit into each request's slot and moves its state (`Active`, `Denied`,
+//! `Unreachable`, back to `Idle` after releasing). The engine may drop an idle key's entry
+//! while the manager still holds its slot; a later request for that key then queues a new
+//! acquire with a new slot, so the manager should release (or hand over) the old lease for
+//! that key rather than hold two.
+//!
 //! The hot path allocates nothing for existing keys nor on any refusal (P5): keys are built
 //! in a thread-local buffer, results live inline in the [`Decision`], and the key table is
 //! read under a shard read lock. Time goes through a [`SharedClockGuard`], so readings that

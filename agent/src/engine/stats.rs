@@ -27,7 +27,6 @@ fn add(counter: &AtomicU64, units: u64) {
 impl PolicyCounters {
     /// Books `units` offered to the policy under the dimension's final outcome.
     pub(crate) fn record(&self, outcome: Outcome, units: u64) {
-        add(&self.offered, units);
         let counter = match outcome {
             Outcome::Admitted => &self.admitted,
             Outcome::Denied(_) | Outcome::InvalidKey => &self.rejected,
@@ -37,9 +36,10 @@ impl PolicyCounters {
             Outcome::FailOpen => &self.fail_open,
             Outcome::Restricted => &self.restricted,
             Outcome::KillSwitch => &self.kill_switch,
-            // No policy answers for these; kept for completeness.
-            Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => &self.admitted,
+            // The policy was not applied to the request: nothing was offered to it.
+            Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => return,
         };
+        add(&self.offered, units);
         add(counter, units);
     }
 

@@ -2,3 +2,4 @@
 //! against credit leased from an allocator.
 
 pub mod credit;
+pub mod engine;

@@ -230,6 +230,7 @@ pub async fn propose_anywhere(nodes: &[Node], command: Command, within: Duration
 
 pub fn policy() -> Command {
     Command::PutPolicy(PolicyParams {
+        weights: Default::default(),
         policy_id: POLICY.into(),
         version: 1,
         rate: Rate::per_second(1_000_000).unwrap(),

@@ -1,0 +1,145 @@
+//! Admission hot path: one leased key, the deny path and three dimensions, on one and two
+//! threads; beside the `governor` crate's keyed limiter on the same workload.
+//!
+//! `cargo bench -p leasehold-agent --bench admit` (add `-- --quick` for a short run).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use governor::{Quota, RateLimiter};
+use leasehold_agent::credit::SlotState;
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use leasehold_common::policy::Policy;
+use leasehold_common::time::Nanos;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+fn policy(id: &str, extra: &str) -> Policy {
+    Policy::from_yaml(&format!(
+        "id: {id}\ndimensions: [{{name: tenant, required: true}}]\n\
+         rate: {{units: 1000000000, per: 1s}}\nburst: 1000000000\n{extra}"
+    ))
+    .unwrap()
+}
+
+/// An engine whose `leased` key `acme` holds `credit` units, plus two local policies.
+fn engine(credit: u64) -> Engine {
+    let e = Engine::builder()
+        .build(RuleSource::from_policies([
+            policy("leased", ""),
+            policy("tenant", "scope: process\n"),
+            policy("route", "scope: process\nalgorithm: gcra\n"),
+        ]))
+        .unwrap();
+    let rx = e.take_acquire_queue().unwrap();
+    let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
+    e.admit(&AdmitRequest::new(&dims), Nanos(0));
+    let slot = rx.try_recv().unwrap().slot;
+    slot.deposit(credit, u64::MAX);
+    slot.set_state(SlotState::Active);
+    e
+}
+
+const ONE: [Dimension<'static>; 1] = [Dimension {
+    target: leasehold_agent::engine::Target::Policy("leased"),
+    entries: &[("tenant", "acme")],
+}];
+
+const THREE: [Dimension<'static>; 3] = [
+    ONE[0],
+    Dimension {
+        target: leasehold_agent::engine::Target::Policy("tenant"),
+        entries: &[("tenant", "acme")],
+    },
+    Dimension {
+        target: leasehold_agent::engine::Target::Policy("route"),
+        entries: &[("tenant", "acme")],
+    },
+];
+
+/// Runs `iters` calls of `f` split over `threads` threads; returns the wall time.
+fn spread(threads: u64, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                for i in 0..iters / threads {
+                    f(t * iters + i);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn bench_engine(c: &mut Criterion) {
+    let mut group = c.benchmark_group("engine");
+    let plenty = engine(u64::MAX / 2);
+    let empty = engine(0);
+    for threads in [1u64, 2] {
+        let cases: [(&str, &Engine, &[Dimension<'_>]); 3] = [
+            ("admit_leased", &plenty, &ONE),
+            ("deny_leased", &empty, &ONE),
+            ("admit_3_dimensions", &plenty, &THREE),
+        ];
+        for (name, e, dims) in cases {
+            let req = AdmitRequest::new(dims);
+            group.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    spread(threads, iters, &|i| {
+                        black_box(e.admit(&req, Nanos(i)));
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn bench_governor(c: &mut Criterion) {
+    let mut group = c.benchmark_group("governor_keyed");
+    let big = NonZeroU32::new(u32::MAX).unwrap();
+    let plenty = RateLimiter::<&str, _, _>::keyed(Quota::per_second(big));
+    let tiny = RateLimiter::<&str, _, _>::keyed(Quota::per_hour(NonZeroU32::new(1).unwrap()));
+    let _ = tiny.check_key(&"acme");
+    for threads in [1u64, 2] {
+        group.bench_function(BenchmarkId::new("admit", threads), |b| {
+            b.iter_custom(|iters| {
+                spread(threads, iters, &|_| {
+                    black_box(plenty.check_key(&"acme").is_ok());
+                })
+            })
+        });
+        group.bench_function(BenchmarkId::new("deny", threads), |b| {
+            b.iter_custom(|iters| {
+                spread(threads, iters, &|_| {
+                    black_box(tiny.check_key(&"acme").is_ok());
+                })
+            })
+        });
+        group.bench_function(BenchmarkId::new("admit_3_keys", threads), |b| {
+            b.iter_custom(|iters| {
+                spread(threads, iters, &|_| {
+                    let ok = ["leased:acme", "tenant:acme", "route:acme"]
+                        .iter()
+                        .all(|k| plenty.check_key(k).is_ok());
+                    black_box(ok);
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(500))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_engine, bench_governor
+}
+criterion_main!(benches);

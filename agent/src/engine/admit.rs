@@ -1,0 +1,357 @@
+//! One admission: resolve every dimension, charge in order, undo on refusal.
+
+use super::decision::{Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome};
+use super::policy::CompiledPolicy;
+use super::request::{AdmitRequest, Dimension, Target};
+use super::rules::RuleSet;
+use super::stats::EngineCounters;
+use super::table::Entry;
+use super::Engine;
+use leasehold_common::policy::envoy::MatchedRule;
+use leasehold_common::time::Nanos;
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
+
+/// A charge that a later refusal must undo.
+pub(crate) enum Charge {
+    Slot {
+        entry: Arc<Entry>,
+        units: u64,
+    },
+    Local {
+        entry: Arc<Entry>,
+        units: u64,
+        at: Nanos,
+        wall: jiff::Timestamp,
+    },
+    InFlight {
+        entry: Arc<Entry>,
+        units: u64,
+    },
+    Emergency {
+        entry: Arc<Entry>,
+        units: u64,
+        at: Nanos,
+    },
+}
+
+/// What one dimension resolved to before anything was charged.
+#[derive(Copy, Clone)]
+enum Resolved<'r> {
+    NoRule,
+    UnknownPolicy,
+    Unlimited,
+    ZeroLimit { shadow: bool },
+    Policy(&'r CompiledPolicy),
+    Replaced(&'r CompiledPolicy),
+}
+
+impl<'r> Resolved<'r> {
+    fn policy(self) -> Option<&'r CompiledPolicy> {
+        match self {
+            Resolved::Policy(p) | Resolved::Replaced(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The answer of one dimension's check.
+pub(crate) struct Step {
+    pub(crate) outcome: Outcome,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_ns: u64,
+    pub(crate) retry_after_ns: u64,
+    pub(crate) charge: Option<Charge>,
+}
+
+impl Step {
+    pub(crate) fn pass(outcome: Outcome) -> Step {
+        Step {
+            outcome,
+            remaining: 0,
+            reset_after_ns: 0,
+            retry_after_ns: 0,
+            charge: None,
+        }
+    }
+
+    pub(crate) fn deny(reason: DenyReason, remaining: u64, retry_after_ns: u64) -> Step {
+        Step {
+            outcome: Outcome::Denied(reason),
+            remaining,
+            reset_after_ns: retry_after_ns,
+            retry_after_ns,
+            charge: None,
+        }
+    }
+}
+
+/// Per-request context shared by the dimension checks.
+pub(crate) struct Ctx<'e> {
+    pub(crate) now: Nanos,
+    pub(crate) priority: u8,
+    wall: Option<jiff::Timestamp>,
+    clock: &'e super::WallClock,
+}
+
+impl Ctx<'_> {
+    /// Wall time, read at most once per request and only when a calendar quota needs it.
+    pub(crate) fn wall(&mut self) -> jiff::Timestamp {
+        *self.wall.get_or_insert_with(|| (self.clock)())
+    }
+}
+
+fn resolve<'r>(rules: &'r RuleSet, dim: &Dimension<'_>) -> (Resolved<'r>, Option<&'r MatchedRule>) {
+    match dim.target {
+        Target::Policy(id) => match rules.policy(id) {
+            Some(p) => (Resolved::Policy(p), None),
+            None => (Resolved::UnknownPolicy, None),
+        },
+        Target::Envoy { domain } => {
+            let Some(rule) = rules
+                .envoy
+                .as_ref()
+                .and_then(|e| e.lookup(domain, dim.entries))
+            else {
+                return (Resolved::NoRule, None);
+            };
+            let resolved = if rule.unlimited {
+                Resolved::Unlimited
+            } else if rule.limit.is_none_or(|l| l.requests_per_unit == 0) {
+                Resolved::ZeroLimit {
+                    shadow: rule.shadow_mode,
+                }
+            } else {
+                rules
+                    .envoy_policy(&rule.rule_id)
+                    .map_or(Resolved::NoRule, Resolved::Policy)
+            };
+            (resolved, Some(rule))
+        }
+    }
+}
+
+/// A rule named in another matched rule's `replaces` is not applied to this request.
+fn apply_replaces(resolved: &mut [(Resolved<'_>, Option<&MatchedRule>)]) {
+    if !resolved
+        .iter()
+        .any(|(_, r)| r.is_some_and(|r| !r.replaces.is_empty()))
+    {
+        return;
+    }
+    for i in 0..resolved.len() {
+        let (Resolved::Policy(p), Some(rule)) = resolved[i] else {
+            continue;
+        };
+        let Some(name) = rule.name.as_deref() else {
+            continue;
+        };
+        let replaced = resolved.iter().enumerate().any(|(j, (_, other))| {
+            j != i && other.is_some_and(|o| o.replaces.iter().any(|n| n == name))
+        });
+        if replaced {
+            resolved[i].0 = Resolved::Replaced(p);
+        }
+    }
+}
+
+/// Units a dimension costs: decided by the policy, times Envoy's hits.
+fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
+    p.policy
+        .cost
+        .of(req.route, req.bytes)
+        .saturating_mul(req.hits.max(1))
+}
+
+impl Engine {
+    /// Decides `req` at monotonic time `now`. Every dimension admits or nothing is charged.
+    /// Allocates nothing on refusal nor for keys that already have state.
+    pub fn admit(&self, req: &AdmitRequest<'_>, now: Nanos) -> Decision {
+        let now = self.clock.observe(now);
+        let decision_id = self.next_decision_id();
+        if req.dimensions.len() > self.limits.dimensions_max {
+            EngineCounters::bump(&self.counters.too_many_dimensions);
+            return refused(decision_id, DenyReason::TooManyDimensions, u64::MAX);
+        }
+        if let Some(protector) = &self.protector {
+            if let Err(retry_after_ns) = protector.try_take(now) {
+                EngineCounters::bump(&self.counters.self_protection_denied);
+                return refused(decision_id, DenyReason::SelfProtection, retry_after_ns);
+            }
+        }
+        let rules = self.rules.load();
+        let mut resolved: Inline<_> = req.dimensions.iter().map(|d| resolve(&rules, d)).collect();
+        apply_replaces(&mut resolved);
+
+        let mut ctx = Ctx {
+            now,
+            priority: req.priority,
+            wall: None,
+            clock: &self.wall_clock,
+        };
+        let mut results: Inline<DimensionResult> = SmallVec::new();
+        let mut charges: Inline<Option<Charge>> = SmallVec::new();
+        let mut denial: Option<Denial> = None;
+        let mut retry_after_ns = 0;
+        for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
+            let step = if denial.is_some() {
+                Step::pass(Outcome::Skipped)
+            } else {
+                self.check(*res, dim, req, &mut ctx)
+            };
+            let refusal = match step.outcome {
+                Outcome::Denied(reason) => Some(reason),
+                Outcome::InvalidKey => Some(DenyReason::InvalidKey),
+                _ => None,
+            };
+            if let Some(reason) = refusal {
+                denial = Some(Denial {
+                    dimension: Some(i),
+                    reason,
+                });
+                retry_after_ns = step.retry_after_ns;
+            }
+            results.push(result_of(*res, &step));
+            charges.push(step.charge);
+        }
+
+        let mut in_flight = InFlight::default();
+        for (i, charge) in charges.into_iter().enumerate() {
+            let Some(charge) = charge else { continue };
+            if denial.is_some() {
+                self.undo(charge);
+                results[i].outcome = Outcome::RolledBack;
+            } else if let Charge::InFlight { entry, units } = charge {
+                in_flight.push(entry, units);
+            }
+        }
+        for (result, (res, _)) in results.iter().zip(&resolved) {
+            if let Some(p) = res.policy() {
+                p.runtime.counters.record(result.outcome, units_of(p, req));
+            }
+        }
+        Decision {
+            allowed: denial.is_none(),
+            decision_id,
+            retry_after_ns,
+            denial,
+            results,
+            in_flight,
+        }
+    }
+
+    fn next_decision_id(&self) -> u64 {
+        let n = self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let counter_bits = 64 - super::config::INSTANCE_BITS;
+        (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
+    }
+
+    fn check(
+        &self,
+        res: Resolved<'_>,
+        dim: &Dimension<'_>,
+        req: &AdmitRequest<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        match res {
+            Resolved::NoRule => Step::pass(Outcome::NoRule),
+            Resolved::UnknownPolicy => {
+                EngineCounters::bump(&self.counters.unknown_policy);
+                Step::pass(Outcome::NoRule)
+            }
+            Resolved::Unlimited => Step::pass(Outcome::Unlimited),
+            Resolved::Replaced(_) => Step::pass(Outcome::Replaced),
+            Resolved::ZeroLimit { shadow } => {
+                EngineCounters::bump(&self.counters.zero_limit_denied);
+                let step = Step::deny(DenyReason::ZeroLimit, 0, u64::MAX);
+                if shadow {
+                    Step::pass(Outcome::ShadowDenied(DenyReason::ZeroLimit))
+                } else {
+                    step
+                }
+            }
+            Resolved::Policy(p) => {
+                let step = self.check_policy(p, dim.entries, units_of(p, req), ctx);
+                shadowed(p, step)
+            }
+        }
+    }
+
+    fn undo(&self, charge: Charge) {
+        match charge {
+            Charge::Slot { entry, units } => {
+                if let super::table::EntryState::Leased { slot, .. } = &entry.state {
+                    slot.refund(units);
+                }
+            }
+            Charge::Local {
+                entry,
+                units,
+                at,
+                wall,
+            } => {
+                if let super::table::EntryState::Local(limiter) = &entry.state {
+                    limiter.lock().refund(units, at, wall);
+                }
+            }
+            Charge::InFlight { entry, units } => entry.release_in_flight(units),
+            Charge::Emergency { entry, units, at } => {
+                if let Some(bucket) = entry.emergency.lock().as_mut() {
+                    use leasehold_common::algo::Limiter;
+                    bucket.refund(units, at);
+                }
+            }
+        }
+    }
+}
+
+/// Shadow mode: a refusal becomes a would-deny that admits, uncharged.
+fn shadowed(p: &CompiledPolicy, step: Step) -> Step {
+    if !p.shadow {
+        return step;
+    }
+    match step.outcome {
+        Outcome::Denied(reason) => Step {
+            outcome: Outcome::ShadowDenied(reason),
+            retry_after_ns: 0,
+            ..step
+        },
+        Outcome::InvalidKey => Step {
+            outcome: Outcome::ShadowDenied(DenyReason::InvalidKey),
+            retry_after_ns: 0,
+            ..step
+        },
+        _ => step,
+    }
+}
+
+fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
+    match res.policy() {
+        Some(p) => DimensionResult {
+            policy_id: Some(Arc::clone(&p.id)),
+            policy_version: p.version,
+            outcome: step.outcome,
+            limit: p.capacity,
+            remaining: step.remaining,
+            reset_after_ns: step.reset_after_ns,
+        },
+        None => DimensionResult::bare(step.outcome),
+    }
+}
+
+fn refused(decision_id: u64, reason: DenyReason, retry_after_ns: u64) -> Decision {
+    Decision {
+        allowed: false,
+        decision_id,
+        retry_after_ns,
+        denial: Some(Denial {
+            dimension: None,
+            reason,
+        }),
+        results: SmallVec::new(),
+        in_flight: InFlight::default(),
+    }
+}

@@ -1,0 +1,178 @@
+//! Checking one policy dimension: overrides, the key's state, then its algorithm.
+
+use super::admit::{Charge, Ctx, Step};
+use super::decision::{DenyReason, Outcome};
+use super::local::LocalLimiter;
+use super::policy::{CompiledPolicy, Emergency};
+use super::stats::EngineCounters;
+use super::table::{Entry, EntryState, TableFull};
+use super::Engine;
+use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
+use leasehold_common::key::KeyBuilder;
+use leasehold_common::rate::Rate;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    /// Keys are built here, so that building a key for an existing entry allocates nothing
+    /// once the buffer has grown to the longest key.
+    static KEYS: RefCell<KeyBuilder> = RefCell::new(KeyBuilder::new());
+}
+
+impl Engine {
+    pub(crate) fn check_policy(
+        &self,
+        p: &CompiledPolicy,
+        entries: &[(&str, &str)],
+        units: u64,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        if p.policy.kill_switch {
+            return Step::pass(Outcome::KillSwitch);
+        }
+        let emergency = p.runtime.emergency.get();
+        if emergency == Emergency::FailOpen {
+            return Step::pass(Outcome::FailOpen);
+        }
+        KEYS.with(|keys| {
+            let mut keys = keys.borrow_mut();
+            let Ok(built) = keys.build(&p.schema, entries) else {
+                return Step {
+                    retry_after_ns: u64::MAX,
+                    ..Step::pass(Outcome::InvalidKey)
+                };
+            };
+            let (key, entry) = match built.overflow {
+                Some(_) => (
+                    p.schema.overflow_key(),
+                    Arc::clone(p.overflow_entry(ctx.now)),
+                ),
+                None => match self.entry(p, built.key, ctx) {
+                    Ok(entry) => (built.key, entry),
+                    Err(TableFull) => {
+                        EngineCounters::bump(&self.counters.table_full);
+                        let overflow = Arc::clone(p.overflow_entry(ctx.now));
+                        (p.schema.overflow_key(), overflow)
+                    }
+                },
+            };
+            entry.touch(ctx.now);
+            if units > p.capacity {
+                return Step::deny(DenyReason::CostAboveCapacity, 0, u64::MAX);
+            }
+            if let Emergency::Restricted { min_priority, rate } = emergency {
+                return restricted(&entry, units, min_priority, rate, ctx);
+            }
+            match &entry.state {
+                EntryState::Leased { .. } => self.check_leased(p, key, &entry, units, ctx),
+                EntryState::Local(_) => check_local(&entry, units, ctx),
+                EntryState::InFlight { .. } => check_in_flight(&entry, units),
+            }
+        })
+    }
+
+    /// The key's state for the current policy version, made on first use.
+    fn entry(&self, p: &CompiledPolicy, key: &str, ctx: &Ctx<'_>) -> Result<Arc<Entry>, TableFull> {
+        if let Some(entry) = self.table.get(key, p.generation) {
+            return Ok(entry);
+        }
+        let now = ctx.now;
+        self.table
+            .get_or_insert(key, p.generation, now, |stale| p.new_entry(stale, now))
+            .map(|(entry, _)| entry)
+    }
+}
+
+fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
+    let EntryState::Local(limiter) = &entry.state else {
+        unreachable!("called for local entries only");
+    };
+    let mut limiter = limiter.lock();
+    // Only calendar quotas read the wall clock.
+    let wall = match &*limiter {
+        LocalLimiter::Calendar(_) => ctx.wall(),
+        _ => jiff::Timestamp::UNIX_EPOCH,
+    };
+    let charge = limiter.try_take(units, ctx.now, wall);
+    drop(limiter);
+    if !charge.admitted {
+        return Step {
+            reset_after_ns: charge.reset_after_ns,
+            ..Step::deny(
+                DenyReason::OverLimit,
+                charge.remaining,
+                charge.retry_after_ns,
+            )
+        };
+    }
+    Step {
+        outcome: Outcome::Admitted,
+        remaining: charge.remaining,
+        reset_after_ns: charge.reset_after_ns,
+        retry_after_ns: 0,
+        charge: Some(Charge::Local {
+            entry: Arc::clone(entry),
+            units,
+            at: ctx.now,
+            wall,
+        }),
+    }
+}
+
+/// A concurrency limit has no time to wait for: a refusal's retry hint is 0 ("when a
+/// request in flight finishes").
+fn check_in_flight(entry: &Arc<Entry>, units: u64) -> Step {
+    let EntryState::InFlight { max, .. } = &entry.state else {
+        unreachable!("called for concurrency entries only");
+    };
+    match entry.acquire_in_flight(units) {
+        Ok(count) => Step {
+            outcome: Outcome::Admitted,
+            remaining: max - count,
+            reset_after_ns: 0,
+            retry_after_ns: 0,
+            charge: Some(Charge::InFlight {
+                entry: Arc::clone(entry),
+                units,
+            }),
+        },
+        Err(count) => Step::deny(DenyReason::OverLimit, max.saturating_sub(count), 0),
+    }
+}
+
+/// Restricted operation: only priority ≥ `min_priority`, at most at `rate` for this key
+/// (a local bucket holding one period's worth, made when first needed).
+pub(crate) fn restricted(
+    entry: &Arc<Entry>,
+    units: u64,
+    min_priority: u8,
+    rate: Rate,
+    ctx: &Ctx<'_>,
+) -> Step {
+    let hint = rate.ns_until(units, 0);
+    if ctx.priority < min_priority {
+        return Step::deny(DenyReason::Restricted, 0, hint);
+    }
+    let mut bucket = entry.emergency.lock();
+    let bucket = match &mut *bucket {
+        Some(b) if b.rate() == rate => b,
+        other => other.insert(TokenBucket::full(rate, rate.units(), ctx.now)),
+    };
+    match bucket.try_take(units, ctx.now) {
+        AlgoDecision::Admit { remaining } => Step {
+            outcome: Outcome::Restricted,
+            remaining,
+            reset_after_ns: bucket.ns_until(bucket.burst()),
+            retry_after_ns: 0,
+            charge: Some(Charge::Emergency {
+                entry: Arc::clone(entry),
+                units,
+                at: ctx.now,
+            }),
+        },
+        AlgoDecision::Deny {
+            remaining,
+            retry_after_ns,
+        } => Step::deny(DenyReason::Restricted, remaining, retry_after_ns),
+    }
+}

@@ -1,0 +1,146 @@
+//! Engine settings and the builder.
+
+use super::decision::DIMENSIONS_LIMIT;
+use super::protect::SelfProtection;
+use super::rules::EngineError;
+use leasehold_common::key::KEY_LEN_MAX_DEFAULT;
+use leasehold_common::time::Nanos;
+use std::sync::Arc;
+
+/// Default most keys held.
+pub const KEYS_MAX_DEFAULT: usize = 100_000;
+/// Default number of key-table shards.
+pub const SHARDS_DEFAULT: usize = 64;
+/// Default most queued first-lease requests.
+pub const ACQUIRE_QUEUE_MAX_DEFAULT: usize = 4_096;
+/// Default time after which an unused key may be dropped.
+pub const KEY_IDLE_NS_DEFAULT: u64 = 60_000_000_000;
+/// Default longest wait for a key's first lease before the failure behaviour applies.
+pub const ACQUIRE_WAIT_MAX_NS_DEFAULT: u64 = 250_000_000;
+
+/// Bounds on everything the engine holds (P4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Most keys in the key table; overflow keys are kept apart and not counted.
+    pub keys_max: usize,
+    /// Key-table shards (at most `keys_max`).
+    pub shards: usize,
+    /// Most dimensions per request, 1 to [`DIMENSIONS_LIMIT`].
+    pub dimensions_max: usize,
+    /// Most first-lease requests waiting for the lease manager.
+    pub acquire_queue_max: usize,
+    /// A key unused this long may be dropped.
+    pub key_idle_ns: u64,
+    /// A key waiting this long for its first lease is treated as unreachable.
+    pub acquire_wait_max_ns: u64,
+    /// Longest key built, in bytes.
+    pub key_len_max: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        EngineLimits {
+            keys_max: KEYS_MAX_DEFAULT,
+            shards: SHARDS_DEFAULT,
+            dimensions_max: DIMENSIONS_LIMIT,
+            acquire_queue_max: ACQUIRE_QUEUE_MAX_DEFAULT,
+            key_idle_ns: KEY_IDLE_NS_DEFAULT,
+            acquire_wait_max_ns: ACQUIRE_WAIT_MAX_NS_DEFAULT,
+            key_len_max: KEY_LEN_MAX_DEFAULT,
+        }
+    }
+}
+
+impl EngineLimits {
+    pub(crate) fn check(&self) -> Result<(), EngineError> {
+        let bad = |field, reason: String| Err(EngineError::Setting { field, reason });
+        if self.keys_max == 0 {
+            return bad("keys_max", "must be positive".into());
+        }
+        if self.shards == 0 {
+            return bad("shards", "must be positive".into());
+        }
+        if !(1..=DIMENSIONS_LIMIT).contains(&self.dimensions_max) {
+            return bad(
+                "dimensions_max",
+                format!("{} is outside 1..={DIMENSIONS_LIMIT}", self.dimensions_max),
+            );
+        }
+        if self.acquire_queue_max == 0 {
+            return bad("acquire_queue_max", "must be positive".into());
+        }
+        if self.key_idle_ns == 0 {
+            return bad("key_idle_ns", "must be positive".into());
+        }
+        if self.key_len_max == 0 {
+            return bad("key_len_max", "must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Reads wall-clock time; used only by calendar quotas and for `effective_at`.
+pub type WallClock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
+
+/// Builds an [`Engine`](super::Engine).
+#[derive(Clone)]
+pub struct EngineBuilder {
+    pub(crate) limits: EngineLimits,
+    pub(crate) instance_id: u32,
+    pub(crate) self_protection: Option<SelfProtection>,
+    pub(crate) wall_clock: WallClock,
+    pub(crate) start: Nanos,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            limits: EngineLimits::default(),
+            instance_id: 0,
+            self_protection: None,
+            wall_clock: Arc::new(jiff::Timestamp::now),
+            start: Nanos::ZERO,
+        }
+    }
+}
+
+/// Bits of a decision id taken by the instance id; the rest count decisions.
+pub(crate) const INSTANCE_BITS: u32 = 24;
+
+impl EngineBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn limits(mut self, limits: EngineLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Identifies this engine instance in decision ids (its low 24 bits are used).
+    pub fn instance_id(mut self, id: u32) -> Self {
+        self.instance_id = id & ((1 << INSTANCE_BITS) - 1);
+        self
+    }
+
+    /// Limits the decisions this instance takes on, independent of any policy.
+    pub fn self_protection(mut self, settings: SelfProtection) -> Self {
+        self.self_protection = Some(settings);
+        self
+    }
+
+    /// The wall clock read by calendar quotas and `effective_at` (default: the system's).
+    pub fn wall_clock(
+        mut self,
+        clock: impl Fn() -> jiff::Timestamp + Send + Sync + 'static,
+    ) -> Self {
+        self.wall_clock = Arc::new(clock);
+        self
+    }
+
+    /// The monotonic time the engine starts at; earlier readings are clamped to it.
+    pub fn start(mut self, now: Nanos) -> Self {
+        self.start = now;
+        self
+    }
+}

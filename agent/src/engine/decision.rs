@@ -1,0 +1,161 @@
+//! What the engine answers: allowed or not, and why, per dimension.
+
+use super::table::Entry;
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// Most dimensions one request may carry; results are kept inline up to this many, so no
+/// decision allocates.
+pub const DIMENSIONS_LIMIT: usize = 8;
+
+/// Why a dimension (or the whole request) was refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DenyReason {
+    /// The limit is spent: no leased credit left, or the local algorithm is full.
+    OverLimit,
+    /// The request costs more than the policy can ever hold.
+    CostAboveCapacity,
+    /// The key's first lease has been asked for and has not arrived yet.
+    AwaitingLease,
+    /// The grantor refused credit for now.
+    LeaseRefused,
+    /// The grantor is unreachable and the policy fails closed (or its cached lease ran out).
+    Unreachable,
+    /// Restricted: the priority is below the minimum, or the emergency rate is spent.
+    Restricted,
+    /// The key could not be built and the policy has no overflow for it.
+    InvalidKey,
+    /// An envoyproxy/ratelimit rule with `requests_per_unit: 0`.
+    ZeroLimit,
+    /// The engine's own self-protection bucket is empty (no dimension was checked).
+    SelfProtection,
+    /// More dimensions than the engine accepts (no dimension was checked).
+    TooManyDimensions,
+    /// The acquire queue is full, so the key's lease cannot be asked for yet.
+    AcquireQueueFull,
+}
+
+/// What happened to one dimension.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Charged against the limit.
+    Admitted,
+    /// Refused; the request is refused.
+    Denied(DenyReason),
+    /// Would have been refused, but the policy is in shadow mode: admitted, not charged.
+    ShadowDenied(DenyReason),
+    /// Admitted uncharged because the grantor is unreachable (or an operator said so) and
+    /// the policy fails open.
+    FailOpen,
+    /// Admitted under restricted operation, charged to the local emergency rate.
+    Restricted,
+    /// Admitted: the policy's kill switch is on.
+    KillSwitch,
+    /// No rule limits this descriptor (or the policy id is unknown): not limited.
+    NoRule,
+    /// An envoyproxy/ratelimit rule with `unlimited: true`.
+    Unlimited,
+    /// Another dimension of the request names this rule in its `replaces`.
+    Replaced,
+    /// The key could not be built; the request is refused (shadow mode reports
+    /// `ShadowDenied(InvalidKey)` instead).
+    InvalidKey,
+    /// Not checked because an earlier dimension refused the request.
+    Skipped,
+    /// Admitted here, then given back because a later dimension refused the request.
+    RolledBack,
+}
+
+impl Outcome {
+    /// Whether this dimension lets the request through.
+    pub fn allows(self) -> bool {
+        !matches!(
+            self,
+            Outcome::Denied(_) | Outcome::InvalidKey | Outcome::Skipped | Outcome::RolledBack
+        )
+    }
+}
+
+/// The answer for one dimension, in request order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimensionResult {
+    /// The policy the dimension was checked against (`None` for no rule, unlimited and
+    /// zero-limit Envoy rules).
+    pub policy_id: Option<Arc<str>>,
+    pub policy_version: u64,
+    pub outcome: Outcome,
+    /// The policy's capacity (burst, window limit, quota or in-flight maximum); 0 if none.
+    pub limit: u64,
+    /// Units left for the caller's own key right after this decision (for leased credit:
+    /// what this agent holds). An observation, not a reservation.
+    pub remaining: u64,
+    /// Nanoseconds until the limit is whole again (window end, bucket full), best effort.
+    pub reset_after_ns: u64,
+}
+
+impl DimensionResult {
+    pub(crate) fn bare(outcome: Outcome) -> Self {
+        DimensionResult {
+            policy_id: None,
+            policy_version: 0,
+            outcome,
+            limit: 0,
+            remaining: 0,
+            reset_after_ns: 0,
+        }
+    }
+}
+
+/// The refusal that decided a denied request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// Index of the refusing dimension; `None` for engine-wide refusals.
+    pub dimension: Option<usize>,
+    pub reason: DenyReason,
+}
+
+/// The engine's answer to one request.
+#[derive(Debug)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Unique within the engine instance, for support and logs.
+    pub decision_id: u64,
+    /// On refusal, when the same request could succeed if nothing else spends; 0 when
+    /// allowed, `u64::MAX` when it never can.
+    pub retry_after_ns: u64,
+    pub denial: Option<Denial>,
+    pub results: SmallVec<[DimensionResult; DIMENSIONS_LIMIT]>,
+    /// Units held against concurrency limits; released when dropped.
+    pub in_flight: InFlight,
+}
+
+/// Units a request holds against concurrency limits. Keep it alive while the request is in
+/// flight; dropping it (or calling [`release`](Self::release)) gives the units back.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    held: SmallVec<[(Arc<Entry>, u64); 2]>,
+}
+
+impl InFlight {
+    pub(crate) fn push(&mut self, entry: Arc<Entry>, units: u64) {
+        self.held.push((entry, units));
+    }
+
+    /// Whether any concurrency units are held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Gives the units back now.
+    pub fn release(&mut self) {
+        for (entry, units) in self.held.drain(..) {
+            entry.release_in_flight(units);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -1,0 +1,167 @@
+//! Spending leased credit, and the policy's failure behaviour when there is no live lease.
+
+use super::acquire::{self, AcquireRequest};
+use super::admit::{Charge, Ctx, Step};
+use super::check::restricted;
+use super::decision::{DenyReason, Outcome};
+use super::policy::CompiledPolicy;
+use super::stats::EngineCounters;
+use super::table::{Entry, EntryState, NOT_ACQUIRING};
+use super::Engine;
+use crate::credit::{CreditSlot, SlotState};
+use leasehold_common::policy::FailureMode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+impl Engine {
+    pub(crate) fn check_leased(
+        &self,
+        p: &CompiledPolicy,
+        key: &str,
+        entry: &Arc<Entry>,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        let EntryState::Leased {
+            slot,
+            acquiring_since_ns,
+        } = &entry.state
+        else {
+            unreachable!("called for leased entries only");
+        };
+        let now = ctx.now;
+        slot.note_offered(units, now.0);
+        let state = slot.state();
+        // Fail-closed and restricted policies stop spending held credit as soon as the
+        // grantor is found unreachable; the others may spend what they hold first.
+        let spend_first = state != SlotState::Unreachable
+            || matches!(p.failure, FailureMode::CachedLease | FailureMode::FailOpen);
+        if !spend_first {
+            return self.on_failure(p, entry, slot, units, ctx);
+        }
+        if slot.try_spend(units, now.0) {
+            return admitted(p, entry, slot, units);
+        }
+        if state != SlotState::Acquiring && state != SlotState::Idle {
+            // The wait for a lease restarts whenever the slot next waits for one.
+            reset_wait(acquiring_since_ns);
+        }
+        match state {
+            SlotState::Active => {
+                Step::deny(DenyReason::OverLimit, slot.remaining(), p.ns_to_earn(units))
+            }
+            SlotState::Denied => Step::deny(
+                DenyReason::LeaseRefused,
+                slot.remaining(),
+                p.ns_to_earn(units),
+            ),
+            SlotState::Unreachable => self.on_failure(p, entry, slot, units, ctx),
+            SlotState::Idle => match self.ask_for_lease(p, key, slot, acquiring_since_ns, ctx) {
+                Ok(()) => self.awaiting(p, entry, slot, acquiring_since_ns, units, ctx),
+                Err(reason) => Step::deny(reason, 0, self.limits.acquire_wait_max_ns),
+            },
+            SlotState::Acquiring => self.awaiting(p, entry, slot, acquiring_since_ns, units, ctx),
+        }
+    }
+
+    /// Claims the one acquire for an idle slot and queues it. A full queue puts the slot
+    /// back to idle so that a later request asks again.
+    fn ask_for_lease(
+        &self,
+        p: &CompiledPolicy,
+        key: &str,
+        slot: &Arc<CreditSlot>,
+        acquiring_since_ns: &AtomicU64,
+        ctx: &Ctx<'_>,
+    ) -> Result<(), DenyReason> {
+        if !slot.transition(SlotState::Idle, SlotState::Acquiring) {
+            // Another request claimed it (or the lease manager moved it) just now.
+            return Ok(());
+        }
+        acquiring_since_ns.store(ctx.now.0, Ordering::Release);
+        let request = AcquireRequest {
+            policy_id: Arc::clone(&p.id),
+            policy_version: p.version,
+            key: key.into(),
+            slot: Arc::clone(slot),
+            priority: ctx.priority,
+        };
+        if acquire::try_push(&self.acquire_tx, request) {
+            return Ok(());
+        }
+        slot.transition(SlotState::Acquiring, SlotState::Idle);
+        EngineCounters::bump(&self.counters.acquire_queue_full);
+        Err(DenyReason::AcquireQueueFull)
+    }
+
+    /// The first lease is on its way: wait up to `acquire_wait_max_ns`, then treat the
+    /// grantor as unreachable.
+    fn awaiting(
+        &self,
+        p: &CompiledPolicy,
+        entry: &Arc<Entry>,
+        slot: &CreditSlot,
+        acquiring_since_ns: &AtomicU64,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        // The lease manager may have set Acquiring itself; the wait starts when seen.
+        let since = match acquiring_since_ns.compare_exchange(
+            NOT_ACQUIRING,
+            ctx.now.0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => ctx.now.0,
+            Err(since) => since,
+        };
+        let waited = ctx.now.0.saturating_sub(since);
+        match self.limits.acquire_wait_max_ns.checked_sub(waited) {
+            Some(left) if left > 0 => Step::deny(DenyReason::AwaitingLease, slot.remaining(), left),
+            _ => self.on_failure(p, entry, slot, units, ctx),
+        }
+    }
+
+    /// The grantor cannot be reached and the held credit (if any) did not cover `units`.
+    fn on_failure(
+        &self,
+        p: &CompiledPolicy,
+        entry: &Arc<Entry>,
+        slot: &CreditSlot,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        let hint = self.limits.acquire_wait_max_ns;
+        match p.failure {
+            FailureMode::FailClosed | FailureMode::CachedLease => {
+                Step::deny(DenyReason::Unreachable, slot.remaining(), hint)
+            }
+            FailureMode::FailOpen => Step::pass(Outcome::FailOpen),
+            FailureMode::Restricted => match p.restricted {
+                Some(spec) => restricted(entry, units, spec.min_priority, spec.rate, ctx),
+                // Validation requires both fields; without them, refuse rather than open.
+                None => Step::deny(DenyReason::Restricted, 0, hint),
+            },
+        }
+    }
+}
+
+fn reset_wait(acquiring_since_ns: &AtomicU64) {
+    if acquiring_since_ns.load(Ordering::Relaxed) != NOT_ACQUIRING {
+        acquiring_since_ns.store(NOT_ACQUIRING, Ordering::Relaxed);
+    }
+}
+
+fn admitted(p: &CompiledPolicy, entry: &Arc<Entry>, slot: &CreditSlot, units: u64) -> Step {
+    let remaining = slot.remaining();
+    Step {
+        outcome: Outcome::Admitted,
+        remaining,
+        reset_after_ns: p.ns_to_earn(p.capacity.saturating_sub(remaining)),
+        retry_after_ns: 0,
+        charge: Some(Charge::Slot {
+            entry: Arc::clone(entry),
+            units,
+        }),
+    }
+}

@@ -1,0 +1,194 @@
+//! Limits enforced inside this process: `process` scope, window, calendar and concurrency
+//! algorithms. Their state is per key in this engine only; they are not leased.
+
+use leasehold_common::algo::{
+    CalendarPeriod as AlgoPeriod, CalendarQuota, Decision as AlgoDecision, FixedWindow, Gcra,
+    Limiter, SlidingWindow, TokenBucket,
+};
+use leasehold_common::policy::{Algorithm, CalendarPeriod, Policy};
+use leasehold_common::rate::Rate;
+use leasehold_common::time::Nanos;
+use thiserror::Error;
+
+/// Why a policy cannot be enforced locally.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum LocalConfigError {
+    #[error("policy '{policy}': {field} is required by algorithm {algorithm}")]
+    Missing {
+        policy: String,
+        field: &'static str,
+        algorithm: &'static str,
+    },
+    #[error("policy '{policy}': {field}: {reason}")]
+    Invalid {
+        policy: String,
+        field: &'static str,
+        reason: String,
+    },
+}
+
+/// The parameters a local limiter is built from, checked once per policy version so that
+/// creating a key's state cannot fail.
+#[derive(Clone, Debug)]
+pub(crate) enum LocalSpec {
+    TokenBucket { rate: Rate, burst: u64 },
+    Gcra { rate: Rate, burst: u64 },
+    FixedWindow { limit: u64, window_ns: u64 },
+    SlidingWindow { limit: u64, window_ns: u64 },
+    Calendar { prototype: CalendarQuota },
+}
+
+fn missing(policy: &Policy, field: &'static str) -> LocalConfigError {
+    LocalConfigError::Missing {
+        policy: policy.id.clone(),
+        field,
+        algorithm: policy.algorithm.name(),
+    }
+}
+
+fn invalid(policy: &Policy, field: &'static str, reason: impl ToString) -> LocalConfigError {
+    LocalConfigError::Invalid {
+        policy: policy.id.clone(),
+        field,
+        reason: reason.to_string(),
+    }
+}
+
+impl LocalSpec {
+    /// The spec for `policy`; `None` for `concurrency`, which keeps a bare counter.
+    pub(crate) fn of(policy: &Policy) -> Result<Option<LocalSpec>, LocalConfigError> {
+        let rate = || -> Result<Rate, LocalConfigError> {
+            let spec = policy.rate.ok_or_else(|| missing(policy, "rate"))?;
+            spec.to_rate().map_err(|e| invalid(policy, "rate", e))
+        };
+        let spec = match policy.algorithm {
+            Algorithm::TokenBucket => LocalSpec::TokenBucket {
+                rate: rate()?,
+                burst: policy.burst().ok_or_else(|| missing(policy, "burst"))?,
+            },
+            Algorithm::Gcra => {
+                let (rate, burst) = (rate()?, policy.burst().unwrap_or(1));
+                Gcra::full(rate, burst, Nanos::ZERO).map_err(|e| invalid(policy, "burst", e))?;
+                LocalSpec::Gcra { rate, burst }
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                let r = rate()?;
+                let (limit, window_ns) = (r.units(), r.period_ns());
+                if policy.algorithm == Algorithm::FixedWindow {
+                    LocalSpec::FixedWindow { limit, window_ns }
+                } else {
+                    LocalSpec::SlidingWindow { limit, window_ns }
+                }
+            }
+            Algorithm::CalendarQuota => {
+                let cal = policy
+                    .calendar
+                    .as_ref()
+                    .ok_or_else(|| missing(policy, "calendar"))?;
+                let period = match cal.period {
+                    CalendarPeriod::Day => AlgoPeriod::Day,
+                    CalendarPeriod::Week => AlgoPeriod::Week,
+                    CalendarPeriod::Month => AlgoPeriod::Month,
+                    CalendarPeriod::Year => AlgoPeriod::Year,
+                };
+                let prototype = CalendarQuota::new(cal.units, period, &cal.time_zone)
+                    .map_err(|e| invalid(policy, "calendar", e))?;
+                LocalSpec::Calendar { prototype }
+            }
+            Algorithm::Concurrency => return Ok(None),
+        };
+        Ok(Some(spec))
+    }
+
+    /// A fresh limiter with its whole limit available at `now`.
+    pub(crate) fn build(&self, now: Nanos) -> LocalLimiter {
+        match self {
+            LocalSpec::TokenBucket { rate, burst } => {
+                LocalLimiter::TokenBucket(TokenBucket::full(*rate, *burst, now))
+            }
+            // Checked in `of`, so construction cannot fail here; a drained limiter is the
+            // conservative answer if it ever did.
+            LocalSpec::Gcra { rate, burst } => LocalLimiter::Gcra(
+                Gcra::full(*rate, *burst, now)
+                    .or_else(|_| Gcra::full(*rate, 1, now))
+                    .expect("a burst of one is always representable"),
+            ),
+            LocalSpec::FixedWindow { limit, window_ns } => LocalLimiter::FixedWindow(
+                FixedWindow::new(*limit, *window_ns, now).expect("checked positive"),
+            ),
+            LocalSpec::SlidingWindow { limit, window_ns } => LocalLimiter::SlidingWindow(
+                SlidingWindow::new(*limit, *window_ns, now).expect("checked positive"),
+            ),
+            LocalSpec::Calendar { prototype } => LocalLimiter::Calendar(prototype.clone()),
+        }
+    }
+}
+
+/// One key's local limiter.
+#[derive(Clone, Debug)]
+pub(crate) enum LocalLimiter {
+    TokenBucket(TokenBucket),
+    Gcra(Gcra),
+    FixedWindow(FixedWindow),
+    SlidingWindow(SlidingWindow),
+    Calendar(CalendarQuota),
+}
+
+/// The outcome of one local charge, with what the response reports.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LocalCharge {
+    pub admitted: bool,
+    pub remaining: u64,
+    pub retry_after_ns: u64,
+    pub reset_after_ns: u64,
+}
+
+impl LocalLimiter {
+    /// Charges `cost` at monotonic `now` (wall time `wall` for calendar quotas).
+    pub(crate) fn try_take(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) -> LocalCharge {
+        let decision = match self {
+            LocalLimiter::TokenBucket(l) => l.try_take(cost, now),
+            LocalLimiter::Gcra(l) => l.try_take(cost, now),
+            LocalLimiter::FixedWindow(l) => l.try_take(cost, now),
+            LocalLimiter::SlidingWindow(l) => l.try_take(cost, now),
+            LocalLimiter::Calendar(l) => l.try_take(cost, wall),
+        };
+        let (admitted, remaining, retry_after_ns) = match decision {
+            AlgoDecision::Admit { remaining } => (true, remaining, 0),
+            AlgoDecision::Deny {
+                remaining,
+                retry_after_ns,
+            } => (false, remaining, retry_after_ns),
+        };
+        LocalCharge {
+            admitted,
+            remaining,
+            retry_after_ns,
+            reset_after_ns: self.reset_after_ns(now, wall),
+        }
+    }
+
+    /// Undoes a charge made at `now` / `wall` (a later dimension refused the request).
+    pub(crate) fn refund(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) {
+        match self {
+            LocalLimiter::TokenBucket(l) => l.refund(cost, now),
+            LocalLimiter::Gcra(l) => l.refund(cost, now),
+            LocalLimiter::FixedWindow(l) => l.refund(cost, now),
+            LocalLimiter::SlidingWindow(l) => l.refund(cost, now),
+            LocalLimiter::Calendar(l) => l.refund(cost, wall),
+        }
+    }
+
+    fn reset_after_ns(&self, now: Nanos, wall: jiff::Timestamp) -> u64 {
+        match self {
+            LocalLimiter::TokenBucket(l) => l.ns_until(l.burst()),
+            LocalLimiter::Gcra(l) => l.tat().saturating_since(now),
+            LocalLimiter::FixedWindow(l) => l.window_bounds(now).1.saturating_since(now),
+            LocalLimiter::SlidingWindow(l) => l.window_ns(),
+            LocalLimiter::Calendar(l) => l.current_period().map_or(0, |(_, end)| {
+                let ns = end.as_nanosecond() - wall.as_nanosecond();
+                u64::try_from(ns.max(0)).unwrap_or(u64::MAX)
+            }),
+        }
+    }
+}

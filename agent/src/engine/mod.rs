@@ -1,0 +1,230 @@
+//! The enforcement engine: in-process admission against leased credit and local limits.
+//!
+//! An [`Engine`] holds a rule set (Leasehold policies and envoyproxy/ratelimit rules) and
+//! per-key state, and answers [`Engine::admit`] without I/O. A request names one or more
+//! dimensions; every dimension must admit or none is charged (charges are made in request
+//! order and undone in reverse when a later one refuses).
+//!
+//! How a policy's keys are enforced:
+//!
+//! * **Leased credit** (scope `global`, `region` or `cell`; `token_bucket` or `gcra`): each
+//!   key has a [`CreditSlot`](crate::credit::CreditSlot) filled by the lease manager. The
+//!   first use of a key queues an [`AcquireRequest`]; while the slot waits for its first
+//!   lease requests are refused as [`DenyReason::AwaitingLease`], and once it has waited
+//!   longer than `acquire_wait_max_ns` (or the grantor is unreachable) the policy's failure
+//!   behaviour decides: `fail_closed` refuses, `cached_lease` spends what is left until the
+//!   lease deadline, `fail_open` admits uncharged (counted apart), `restricted` admits only
+//!   priority ≥ `min_priority` at a local emergency rate.
+//! * **Local** (scope `process`, or a window, calendar or concurrency algorithm): a limiter
+//!   per key in this process. Concurrency admissions hold units in the decision's
+//!   [`InFlight`] guard until it is dropped.
+//!
+//! Overrides, in order: the policy's kill switch admits everything (counted apart); an
+//! operator's [`Emergency`] (`fail_open`, `restricted`) replaces normal enforcement; shadow
+//! mode turns every refusal into `ShadowDenied`, admitted and uncharged.
+//!
+//! **With the lease manager.** The manager drains [`Engine::take_acquire_queue`], deposits
+//! granted credit into each request's slot and moves its state (`Active`, `Denied`,
+//! `Unreachable`, back to `Idle` after releasing). The engine may drop an idle key's entry
+//! while the manager still holds its slot; a later request for that key then queues a new
+//! acquire with a new slot, so the manager should release (or hand over) the old lease for
+//! that key rather than hold two.
+//!
+//! The hot path allocates nothing for existing keys nor on any refusal (P5): keys are built
+//! in a thread-local buffer, results live inline in the [`Decision`], and the key table is
+//! read under a shard read lock. Time goes through a [`SharedClockGuard`], so readings that
+//! step back are clamped and counted (P3).
+
+mod acquire;
+mod admit;
+mod check;
+mod config;
+mod decision;
+mod leased;
+mod local;
+mod policy;
+mod protect;
+mod request;
+mod rules;
+mod stats;
+mod table;
+
+pub use acquire::{AcquireReceiver, AcquireRequest};
+pub use config::{
+    EngineBuilder, EngineLimits, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT, ACQUIRE_WAIT_MAX_NS_DEFAULT,
+    KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT, SHARDS_DEFAULT,
+};
+pub use decision::{
+    Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, DIMENSIONS_LIMIT,
+};
+pub use local::LocalConfigError;
+pub use policy::Emergency;
+pub use protect::SelfProtection;
+pub use request::{AdmitRequest, Dimension, Target};
+pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
+pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
+
+use arc_swap::ArcSwap;
+use leasehold_common::time::{Nanos, SharedClockGuard};
+use parking_lot::Mutex;
+use protect::Protector;
+use rules::RuleSet;
+use stats::EngineCounters;
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use table::KeyTable;
+
+/// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
+pub struct Engine {
+    rules: ArcSwap<RuleSet>,
+    /// Serialises reloads so that each builds on the rule set it replaces.
+    reload_lock: Mutex<()>,
+    table: KeyTable,
+    clock: SharedClockGuard,
+    limits: EngineLimits,
+    instance_id: u32,
+    protector: Option<Protector>,
+    wall_clock: WallClock,
+    acquire_tx: SyncSender<AcquireRequest>,
+    acquire_rx: Mutex<Option<AcquireReceiver>>,
+    counters: EngineCounters,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("instance_id", &self.instance_id)
+            .field("limits", &self.limits)
+            .field("keys", &self.table.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineBuilder {
+    /// Builds an engine enforcing `rules`.
+    pub fn build(self, rules: RuleSource) -> Result<Engine, EngineError> {
+        self.limits.check()?;
+        let wall = (self.wall_clock)();
+        let set = RuleSet::build(rules, None, self.limits.key_len_max, wall)?;
+        let (acquire_tx, acquire_rx) = acquire::channel(self.limits.acquire_queue_max);
+        Ok(Engine {
+            rules: ArcSwap::from_pointee(set),
+            reload_lock: Mutex::new(()),
+            table: KeyTable::new(
+                self.limits.keys_max,
+                self.limits.shards,
+                self.limits.key_idle_ns,
+            ),
+            clock: SharedClockGuard::new(self.start),
+            limits: self.limits,
+            instance_id: self.instance_id,
+            protector: self.self_protection.map(|s| Protector::new(s, self.start)),
+            wall_clock: self.wall_clock,
+            acquire_tx,
+            acquire_rx: Mutex::new(Some(acquire_rx)),
+            counters: EngineCounters::default(),
+        })
+    }
+}
+
+impl Engine {
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::new()
+    }
+
+    /// Replaces the rule set atomically. Policies whose id, version and content did not
+    /// change keep their keys' state; every id keeps its counters and emergency. Requests
+    /// in flight finish under the rule set they started with.
+    pub fn reload(&self, rules: RuleSource) -> Result<(), EngineError> {
+        let _guard = self.reload_lock.lock();
+        let old = self.rules.load_full();
+        let wall = (self.wall_clock)();
+        let set = RuleSet::build(rules, Some(&old), self.limits.key_len_max, wall)?;
+        self.rules.store(Arc::new(set));
+        Ok(())
+    }
+
+    /// The earliest `effective_at` of a given policy version not yet in force.
+    pub fn next_activation(&self) -> Option<jiff::Timestamp> {
+        self.rules.load().pending_at
+    }
+
+    /// Brings versions whose `effective_at` has passed into force (call it periodically).
+    /// Returns whether the rule set changed.
+    pub fn reload_due(&self) -> Result<bool, EngineError> {
+        let due = {
+            let rules = self.rules.load();
+            match rules.pending_at {
+                Some(at) if at <= (self.wall_clock)() => Some(rules.source.clone()),
+                _ => None,
+            }
+        };
+        match due {
+            Some(source) => self.reload(source).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Sets an operator's emergency override for `policy_id`; it lasts across reloads of
+    /// the same id until set back to [`Emergency::Normal`].
+    pub fn set_emergency(&self, policy_id: &str, emergency: Emergency) -> Result<(), EngineError> {
+        let rules = self.rules.load();
+        let policy = rules
+            .policy(policy_id)
+            .ok_or_else(|| EngineError::UnknownPolicy {
+                id: policy_id.to_owned(),
+            })?;
+        policy.runtime.emergency.set(emergency);
+        Ok(())
+    }
+
+    /// The receiving end of the first-lease queue, for the lease manager. Given out once.
+    pub fn take_acquire_queue(&self) -> Option<AcquireReceiver> {
+        self.acquire_rx.lock().take()
+    }
+
+    /// Drops keys idle at `now` and keys of policies no longer in the rule set; returns
+    /// how many. Call it periodically; a full shard also drops its idle keys on demand.
+    pub fn sweep(&self, now: Nanos) -> usize {
+        let now = self.clock.observe(now);
+        let rules = self.rules.load();
+        let live: std::collections::HashSet<u64> =
+            rules.policies.iter().map(|p| p.generation).collect();
+        self.table
+            .sweep(now, |generation| live.contains(&generation))
+    }
+
+    /// Keys in the key table now.
+    pub fn key_count(&self) -> usize {
+        self.table.len()
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> EngineStats {
+        let rules = self.rules.load();
+        let load = EngineCounters::load;
+        let c = &self.counters;
+        EngineStats {
+            policies: rules
+                .policies
+                .iter()
+                .map(|p| PolicyStats {
+                    policy_id: p.id.to_string(),
+                    version: p.version,
+                    counters: p.runtime.counters.snapshot(),
+                })
+                .collect(),
+            decisions: load(&c.decisions),
+            self_protection_denied: load(&c.self_protection_denied),
+            too_many_dimensions: load(&c.too_many_dimensions),
+            table_full: load(&c.table_full),
+            acquire_queue_full: load(&c.acquire_queue_full),
+            unknown_policy: load(&c.unknown_policy),
+            zero_limit_denied: load(&c.zero_limit_denied),
+            keys: self.table.len(),
+            keys_max: self.table.capacity(),
+            evictions: self.table.evictions(),
+            clock: self.clock.stats(),
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The rule set: Leasehold policies and envoyproxy/ratelimit rules, compiled for the hot
+//! path and swapped whole on reload.
+
+use super::local::{LocalConfigError, LocalSpec};
+use super::policy::{
+    is_leased, next_generation, CompiledPolicy, Enforcement, PolicyRuntime, RestrictedSpec,
+};
+use leasehold_common::key::KeySchema;
+use leasehold_common::policy::envoy::{EnvoyConfig, MapError, Mapped};
+use leasehold_common::policy::{FailureMode, FieldErrors, Mode, Policy, PolicyVersion};
+use leasehold_common::time::Nanos;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use thiserror::Error;
+
+/// Version given to policies mapped from envoyproxy/ratelimit rules, which have none.
+pub const ENVOY_POLICY_VERSION: u64 = 1;
+
+/// What an engine enforces.
+#[derive(Clone, Debug, Default)]
+pub struct RuleSource {
+    /// Policy versions. Several versions of one id may be given: the newest one whose
+    /// `effective_at` has passed applies; see [`Engine::reload_due`](super::Engine::reload_due).
+    pub policies: Vec<PolicyVersion>,
+    /// envoyproxy/ratelimit rules, reached with [`Target::Envoy`](super::Target::Envoy).
+    pub envoy: Option<EnvoyConfig>,
+}
+
+impl RuleSource {
+    /// Current versions of `policies`, numbered 1.
+    pub fn from_policies(policies: impl IntoIterator<Item = Policy>) -> Self {
+        RuleSource {
+            policies: policies
+                .into_iter()
+                .map(|policy| PolicyVersion {
+                    version: 1,
+                    policy,
+                    rolled_back_from: None,
+                })
+                .collect(),
+            envoy: None,
+        }
+    }
+}
+
+/// Why a rule set or an engine could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum EngineError {
+    #[error("policy '{id}' version {version} is invalid: {errors}")]
+    InvalidPolicy {
+        id: String,
+        version: u64,
+        errors: FieldErrors,
+    },
+    #[error("policy '{id}' version {version} is given twice")]
+    DuplicateVersion { id: String, version: u64 },
+    #[error("policy id '{id}' is used both by a policy and by an envoyproxy/ratelimit rule")]
+    IdCollision { id: String },
+    #[error(transparent)]
+    Local(#[from] LocalConfigError),
+    #[error("envoyproxy/ratelimit rule {rule_id}: {error}")]
+    EnvoyMap { rule_id: String, error: MapError },
+    #[error("engine setting {field}: {reason}")]
+    Setting { field: &'static str, reason: String },
+    #[error("no policy '{id}' in the current rule set")]
+    UnknownPolicy { id: String },
+}
+
+/// Compiled rules, immutable once built.
+#[derive(Debug, Default)]
+pub(crate) struct RuleSet {
+    pub(crate) policies: Vec<Arc<CompiledPolicy>>,
+    by_id: HashMap<Arc<str>, usize>,
+    pub(crate) envoy: Option<EnvoyConfig>,
+    /// Envoy rule id → index of its mapped policy.
+    envoy_rules: HashMap<String, usize>,
+    /// The earliest `effective_at` of a version given but not yet in force.
+    pub(crate) pending_at: Option<jiff::Timestamp>,
+    pub(crate) source: RuleSource,
+}
+
+impl RuleSet {
+    #[inline]
+    pub(crate) fn policy(&self, id: &str) -> Option<&CompiledPolicy> {
+        self.by_id.get(id).map(|&i| &*self.policies[i])
+    }
+
+    #[inline]
+    pub(crate) fn envoy_policy(&self, rule_id: &str) -> Option<&CompiledPolicy> {
+        self.envoy_rules.get(rule_id).map(|&i| &*self.policies[i])
+    }
+
+    /// Compiles `source` at wall time `wall`, reusing from `old` every policy that did not
+    /// change (so its keys keep their state) and the counters and emergency of every id.
+    pub(crate) fn build(
+        source: RuleSource,
+        old: Option<&RuleSet>,
+        key_len_max: usize,
+        wall: jiff::Timestamp,
+    ) -> Result<RuleSet, EngineError> {
+        let (chosen, pending_at) = choose_versions(&source.policies, wall)?;
+        let mut set = RuleSet {
+            pending_at,
+            ..RuleSet::default()
+        };
+        for pv in chosen {
+            set.add(compile(&pv.policy, pv.version, old, key_len_max)?)?;
+        }
+        if let Some(envoy) = &source.envoy {
+            for rule in envoy.to_policies() {
+                let policy = match rule.mapped {
+                    Ok(Mapped::Policy(policy)) => policy,
+                    // Answered from the matched rule itself on every request.
+                    Ok(Mapped::Unlimited | Mapped::AlwaysOverLimit) => continue,
+                    Err(error) => {
+                        return Err(EngineError::EnvoyMap {
+                            rule_id: rule.rule_id,
+                            error,
+                        })
+                    }
+                };
+                let compiled = compile(&policy, ENVOY_POLICY_VERSION, old, key_len_max)?;
+                let index = set.add(compiled)?;
+                set.envoy_rules.insert(rule.rule_id, index);
+            }
+        }
+        set.envoy = source.envoy.clone();
+        set.source = source;
+        Ok(set)
+    }
+
+    fn add(&mut self, compiled: Arc<CompiledPolicy>) -> Result<usize, EngineError> {
+        let index = self.policies.len();
+        if self.by_id.insert(Arc::clone(&compiled.id), index).is_some() {
+            return Err(EngineError::IdCollision {
+                id: compiled.id.to_string(),
+            });
+        }
+        self.policies.push(compiled);
+        Ok(index)
+    }
+}
+
+/// Per id, the newest version in force at `wall`; and the earliest pending start.
+fn choose_versions(
+    versions: &[PolicyVersion],
+    wall: jiff::Timestamp,
+) -> Result<(Vec<&PolicyVersion>, Option<jiff::Timestamp>), EngineError> {
+    let mut best: HashMap<&str, &PolicyVersion> = HashMap::new();
+    let mut seen: HashMap<(&str, u64), ()> = HashMap::new();
+    let mut pending_at: Option<jiff::Timestamp> = None;
+    for pv in versions {
+        let id = pv.policy.id.as_str();
+        if seen.insert((id, pv.version), ()).is_some() {
+            return Err(EngineError::DuplicateVersion {
+                id: id.to_owned(),
+                version: pv.version,
+            });
+        }
+        match pv.policy.effective_at {
+            Some(at) if at > wall => {
+                pending_at = Some(pending_at.map_or(at, |p| p.min(at)));
+                continue;
+            }
+            _ => {}
+        }
+        let newer = best.get(id).is_none_or(|b| b.version < pv.version);
+        if newer {
+            best.insert(id, pv);
+        }
+    }
+    // Input order, so the compiled order (and error reports) are deterministic.
+    let chosen = versions
+        .iter()
+        .filter(|pv| {
+            best.get(pv.policy.id.as_str())
+                .is_some_and(|b| std::ptr::eq(*b, *pv))
+        })
+        .collect();
+    Ok((chosen, pending_at))
+}
+
+fn compile(
+    policy: &Policy,
+    version: u64,
+    old: Option<&RuleSet>,
+    key_len_max: usize,
+) -> Result<Arc<CompiledPolicy>, EngineError> {
+    let previous = old.and_then(|o| o.by_id.get(policy.id.as_str()).map(|&i| &o.policies[i]));
+    if let Some(prev) = previous {
+        if prev.version == version && prev.policy == *policy {
+            return Ok(Arc::clone(prev));
+        }
+    }
+    let invalid = |errors| EngineError::InvalidPolicy {
+        id: policy.id.clone(),
+        version,
+        errors,
+    };
+    let schema = KeySchema::new(policy)
+        .map_err(invalid)?
+        .with_key_len_max(key_len_max);
+    let enforcement = if is_leased(policy) {
+        Enforcement::Leased
+    } else {
+        match LocalSpec::of(policy)? {
+            Some(spec) => Enforcement::Local(spec),
+            None => Enforcement::Concurrency {
+                max_in_flight: policy.concurrency.map_or(1, |c| c.max_in_flight),
+            },
+        }
+    };
+    let restricted = match (policy.failure.min_priority, policy.failure.rate) {
+        (Some(min_priority), Some(spec)) if policy.failure.mode == FailureMode::Restricted => {
+            let rate = spec.to_rate().map_err(|e| LocalConfigError::Invalid {
+                policy: policy.id.clone(),
+                field: "failure.rate",
+                reason: e.to_string(),
+            })?;
+            Some(RestrictedSpec { min_priority, rate })
+        }
+        _ => None,
+    };
+    let compiled = CompiledPolicy {
+        id: previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id)),
+        version,
+        generation: next_generation(),
+        schema,
+        enforcement,
+        capacity: policy.capacity().unwrap_or(0),
+        rate: policy.rate.and_then(|r| r.to_rate().ok()),
+        failure: policy.failure.mode,
+        restricted,
+        shadow: policy.mode == Mode::Shadow,
+        runtime: previous.map_or_else(
+            || Arc::new(PolicyRuntime::default()),
+            |p| Arc::clone(&p.runtime),
+        ),
+        overflow: OnceLock::new(),
+        policy: policy.clone(),
+    };
+    // A leased overflow key keeps its slot across versions, like every other leased key.
+    // Overflow entries live outside the key table, so their last-use time is irrelevant.
+    if let Some(stale) = previous.and_then(|p| p.overflow.get()) {
+        if compiled.is_leased() && previous.is_some_and(|p| p.is_leased()) {
+            let entry = compiled.new_entry(Some(stale), Nanos::ZERO);
+            let _ = compiled.overflow.set(Arc::new(entry));
+        }
+    }
+    Ok(Arc::new(compiled))
+}

@@ -1,11 +1,17 @@
 //! One key's leased credit as the admission hot path sees it.
 //!
 //! The hot path and the lease manager share a [`CreditSlot`]. Spending is one atomic
-//! compare-and-swap on `remaining`; everything else (which lease, how much was deposited or
-//! handed back) belongs to the lease manager, which is the only writer of the totals it
-//! keeps. That split makes usage exact without locks: at any instant
-//! `spent = deposited − withdrawn − remaining`, and [`CreditSlot::close`] swaps `remaining`
-//! to zero, so a lease's final usage is known exactly even while requests race it (P2).
+//! compare-and-swap on a word that packs the lease's *epoch* (16 bits) with its remaining
+//! credit (48 bits); everything else (which lease, how much was deposited or handed back)
+//! belongs to the lease manager, which is the only writer of the totals it keeps. That split
+//! makes usage exact without locks: at any instant `spent = deposited − withdrawn −
+//! remaining`, and [`CreditSlot::close`] swaps the remaining credit to zero and moves to a
+//! new epoch, so a lease's final usage is known exactly even while requests race it (P2).
+//!
+//! A spend returns a [`SpendTicket`] naming its epoch. A refund (a multi-dimensional
+//! admission that failed elsewhere) succeeds only in the same epoch: units spent under a
+//! lease that has since closed were counted in its final usage and must not reappear in
+//! the next lease.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -38,11 +44,31 @@ impl SlotState {
     }
 }
 
+/// Bits of the packed word that hold the remaining credit; the rest hold the epoch.
+const REMAINING_BITS: u32 = 48;
+const REMAINING_MASK: u64 = (1 << REMAINING_BITS) - 1;
+/// Largest credit one slot can hold (about 2.8 × 10¹⁴ units).
+pub const SLOT_CREDIT_MAX: u64 = REMAINING_MASK;
+
+fn unpack(word: u64) -> (u64, u64) {
+    (word >> REMAINING_BITS, word & REMAINING_MASK)
+}
+
+fn pack(epoch: u64, remaining: u64) -> u64 {
+    ((epoch & 0xffff) << REMAINING_BITS) | (remaining & REMAINING_MASK)
+}
+
+/// Proof of a spend, for undoing it while its lease is still the slot's lease.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SpendTicket {
+    epoch: u64,
+}
+
 /// Leased credit of one policy key in one agent.
 #[derive(Debug, Default)]
 pub struct CreditSlot {
-    /// Units that may still be spent under the current lease.
-    remaining: AtomicU64,
+    /// Epoch (high 16 bits) and units that may still be spent under it (low 48 bits).
+    packed: AtomicU64,
     /// Holder-side deadline of the current lease on the agent's monotonic timeline (ns);
     /// zero when there is none.
     deadline_ns: AtomicU64,
@@ -58,36 +84,47 @@ impl CreditSlot {
         Self::default()
     }
 
-    /// Spends `units` if the lease is live at `now_ns` and holds enough. One CAS loop, no
-    /// allocation, no I/O: the deny path is as cheap as the admit path.
+    /// Moves the packed word with `f` (None: leave it) in one CAS loop; returns the word
+    /// before the change, or None if `f` declined.
     #[inline]
-    pub fn try_spend(&self, units: u64, now_ns: u64) -> bool {
-        if now_ns >= self.deadline_ns.load(Ordering::Acquire) {
-            return false;
-        }
-        let mut cur = self.remaining.load(Ordering::Acquire);
+    fn update(&self, mut f: impl FnMut(u64, u64) -> Option<u64>) -> Option<u64> {
+        let mut cur = self.packed.load(Ordering::Acquire);
         loop {
-            if cur < units {
-                return false;
-            }
-            match self.remaining.compare_exchange_weak(
-                cur,
-                cur - units,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
+            let (epoch, remaining) = unpack(cur);
+            let next = f(epoch, remaining)?;
+            match self
+                .packed
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(cur),
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    /// Gives back units spent by [`try_spend`](Self::try_spend) for a request that was not
-    /// admitted after all (another dimension refused). The units were never used, so
-    /// returning them keeps `spent` exact.
+    /// Spends `units` if the lease is live at `now_ns` and holds enough. One CAS loop, no
+    /// allocation, no I/O: the deny path is as cheap as the admit path.
     #[inline]
-    pub fn refund(&self, units: u64) {
-        self.remaining.fetch_add(units, Ordering::AcqRel);
+    pub fn try_spend(&self, units: u64, now_ns: u64) -> Option<SpendTicket> {
+        if now_ns >= self.deadline_ns.load(Ordering::Acquire) {
+            return None;
+        }
+        self.update(|epoch, remaining| (remaining >= units).then(|| pack(epoch, remaining - units)))
+            .map(|before| SpendTicket {
+                epoch: unpack(before).0,
+            })
+    }
+
+    /// Gives back units of a spend whose request was not admitted after all (another
+    /// dimension refused). Only while the same lease is the slot's lease; otherwise the
+    /// units stay counted as spent, which is safe. Returns whether they were given back.
+    #[inline]
+    pub fn refund(&self, units: u64, ticket: SpendTicket) -> bool {
+        self.update(|epoch, remaining| {
+            (epoch == ticket.epoch)
+                .then(|| pack(epoch, remaining.saturating_add(units).min(REMAINING_MASK)))
+        })
+        .is_some()
     }
 
     /// Records traffic for the demand signal.
@@ -99,37 +136,34 @@ impl CreditSlot {
 
     /// Adds newly leased credit and moves the deadline (lease manager only).
     pub fn deposit(&self, units: u64, deadline_ns: u64) {
-        self.remaining.fetch_add(units, Ordering::AcqRel);
+        self.update(|epoch, remaining| {
+            Some(pack(
+                epoch,
+                remaining.saturating_add(units).min(REMAINING_MASK),
+            ))
+        });
         self.deadline_ns.store(deadline_ns, Ordering::Release);
     }
 
     /// Takes up to `units` out so they can be handed back; returns how many were taken
     /// (lease manager only). Taken units can no longer be spent here.
     pub fn withdraw(&self, units: u64) -> u64 {
-        let mut cur = self.remaining.load(Ordering::Acquire);
-        loop {
-            let take = units.min(cur);
-            match self.remaining.compare_exchange_weak(
-                cur,
-                cur - take,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return take,
-                Err(actual) => cur = actual,
-            }
-        }
+        let before =
+            self.update(|epoch, remaining| Some(pack(epoch, remaining - units.min(remaining))));
+        units.min(unpack(before.unwrap_or(0)).1)
     }
 
-    /// Ends spending under the current lease: no spend succeeds afterwards until the next
-    /// deposit. Returns the units that were left unspent (lease manager only).
+    /// Ends spending under the current lease and starts a new epoch: no spend succeeds
+    /// afterwards until the next deposit, and refunds of earlier spends are refused.
+    /// Returns the units that were left unspent (lease manager only).
     pub fn close(&self) -> u64 {
         self.deadline_ns.store(0, Ordering::Release);
-        self.remaining.swap(0, Ordering::AcqRel)
+        let before = self.update(|epoch, _| Some(pack(epoch.wrapping_add(1), 0)));
+        unpack(before.unwrap_or(0)).1
     }
 
     pub fn remaining(&self) -> u64 {
-        self.remaining.load(Ordering::Acquire)
+        unpack(self.packed.load(Ordering::Acquire)).1
     }
 
     pub fn deadline_ns(&self) -> u64 {
@@ -169,15 +203,33 @@ mod tests {
     #[test]
     fn spends_only_live_credit() {
         let s = CreditSlot::new();
-        assert!(!s.try_spend(1, 0), "no lease yet");
+        assert!(s.try_spend(1, 0).is_none(), "no lease yet");
         s.deposit(10, 100);
-        assert!(s.try_spend(4, 50));
-        assert!(!s.try_spend(7, 50));
-        assert!(!s.try_spend(1, 100), "at the deadline");
-        s.refund(4);
+        let ticket = s.try_spend(4, 50).expect("enough credit");
+        assert!(s.try_spend(7, 50).is_none());
+        assert!(s.try_spend(1, 100).is_none(), "at the deadline");
+        assert!(s.refund(4, ticket));
         assert_eq!(s.withdraw(3), 3);
         assert_eq!(s.close(), 7);
-        assert!(!s.try_spend(1, 10), "closed");
+        assert!(s.try_spend(1, 10).is_none(), "closed");
+    }
+
+    #[test]
+    fn refund_after_close_never_reaches_the_next_lease() {
+        let s = CreditSlot::new();
+        s.deposit(10, 100);
+        let ticket = s.try_spend(6, 1).unwrap();
+        assert_eq!(
+            s.close(),
+            4,
+            "the 6 spent count in the old lease's final usage"
+        );
+        s.deposit(5, 100);
+        assert!(
+            !s.refund(6, ticket),
+            "old lease's units must not top up the new one"
+        );
+        assert_eq!(s.remaining(), 5);
     }
 
     #[test]
@@ -190,7 +242,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut admitted = 0u64;
                     for _ in 0..40_000 {
-                        if slot.try_spend(1, 1) {
+                        if slot.try_spend(1, 1).is_some() {
                             admitted += 1;
                         }
                     }

@@ -123,8 +123,8 @@ fn leasehold_files(d: &Descriptors) -> Vec<&FileDescriptorProto> {
         .collect();
     assert_eq!(
         files.len(),
-        7,
-        "common, lease, admit, admin and its three message files"
+        8,
+        "common, lease, admit, raft, admin and its three message files"
     );
     files
 }

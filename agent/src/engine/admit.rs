@@ -20,6 +20,7 @@ pub(crate) enum Charge {
     Slot {
         entry: Arc<Entry>,
         units: u64,
+        ticket: crate::credit::SpendTicket,
     },
     Local {
         entry: Arc<Entry>,
@@ -282,9 +283,14 @@ impl Engine {
 
     fn undo(&self, charge: Charge) {
         match charge {
-            Charge::Slot { entry, units } => {
+            Charge::Slot {
+                entry,
+                units,
+                ticket,
+            } => {
                 if let super::table::EntryState::Leased { slot, .. } = &entry.state {
-                    slot.refund(units);
+                    // Refused once the lease closed: the units then count as spent.
+                    slot.refund(units, ticket);
                 }
             }
             Charge::Local {

@@ -8,7 +8,7 @@ use super::policy::CompiledPolicy;
 use super::stats::EngineCounters;
 use super::table::{Entry, EntryState, NOT_ACQUIRING};
 use super::Engine;
-use crate::credit::{CreditSlot, SlotState};
+use crate::credit::{CreditSlot, SlotState, SpendTicket};
 use leasehold_common::policy::FailureMode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,8 +39,8 @@ impl Engine {
         if !spend_first {
             return self.on_failure(p, entry, slot, units, ctx);
         }
-        if slot.try_spend(units, now.0) {
-            return admitted(p, entry, slot, units);
+        if let Some(ticket) = slot.try_spend(units, now.0) {
+            return admitted(p, entry, slot, units, ticket);
         }
         if state != SlotState::Acquiring && state != SlotState::Idle {
             // The wait for a lease restarts whenever the slot next waits for one.
@@ -152,7 +152,13 @@ fn reset_wait(acquiring_since_ns: &AtomicU64) {
     }
 }
 
-fn admitted(p: &CompiledPolicy, entry: &Arc<Entry>, slot: &CreditSlot, units: u64) -> Step {
+fn admitted(
+    p: &CompiledPolicy,
+    entry: &Arc<Entry>,
+    slot: &CreditSlot,
+    units: u64,
+    ticket: SpendTicket,
+) -> Step {
     let remaining = slot.remaining();
     Step {
         outcome: Outcome::Admitted,
@@ -162,6 +168,7 @@ fn admitted(p: &CompiledPolicy, entry: &Arc<Entry>, slot: &CreditSlot, units: u6
         charge: Some(Charge::Slot {
             entry: Arc::clone(entry),
             units,
+            ticket,
         }),
     }
 }

@@ -6,12 +6,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
+use leasehold_proto::transport::{AuthMode, Role};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, Raft, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::Router;
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
 use super::config::{NodeConfig, NodeError};
@@ -24,19 +27,28 @@ use crate::replica::{Machine, Replica, ReplicaError};
 use crate::storage::open_sled;
 
 /// What a node is plugged into besides its settings: transport security and clocks.
-#[derive(Clone)]
 pub struct NodeHooks {
     /// How peers are reached and how the Raft endpoint is served.
     pub transport: TransportConfig,
     /// The node's monotonic and wall clocks.
     pub time: Arc<dyn TimeSource>,
+    /// More gRPC services to serve on the Raft endpoint's listener (the lease and admin
+    /// services), so a node has one address for peers and clients alike.
+    pub services: Option<ServiceHook>,
+    /// When set, only callers this mode identifies as allocators may call Raft RPCs.
+    pub raft_auth: Option<AuthMode>,
 }
+
+/// Adds services to the router that serves the Raft endpoint.
+pub type ServiceHook = Box<dyn FnOnce(Router) -> Router + Send>;
 
 impl Default for NodeHooks {
     fn default() -> Self {
         Self {
             transport: TransportConfig::default(),
             time: SystemTimeSource::shared(),
+            services: None,
+            raft_auth: None,
         }
     }
 }
@@ -167,6 +179,7 @@ impl<M: Machine> RaftNode<M> {
         tasks.push(serve(
             &config,
             &hooks.transport,
+            (hooks.services, hooks.raft_auth),
             raft.clone(),
             listener,
             stop.subscribe(),
@@ -373,14 +386,23 @@ fn proposer_settings(config: &NodeConfig) -> ProposerSettings {
 fn serve(
     config: &NodeConfig,
     transport: &TransportConfig,
+    (services, raft_auth): (Option<ServiceHook>, Option<AuthMode>),
     raft: Raft<TypeConfig>,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, NodeError> {
     let max = transport.message_len_max_bytes;
-    let service = RaftServiceServer::new(RaftRpcService::new(raft))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+    // Only peers with allocator certificates may replicate, vote or install snapshots.
+    let gate = move |req: tonic::Request<()>| match &raft_auth {
+        Some(auth) => auth.authorize(&req, &[Role::Allocator]).map(|_| req),
+        None => Ok(req),
+    };
+    let service = InterceptedService::new(
+        RaftServiceServer::new(RaftRpcService::new(raft))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+        gate,
+    );
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = &transport.server_tls {
         server = server
@@ -391,7 +413,10 @@ fn serve(
             })?;
     }
     let node_id = config.node_id;
-    let router = server.add_service(service);
+    let mut router = server.add_service(service);
+    if let Some(add) = services {
+        router = add(router);
+    }
     Ok(tokio::spawn(async move {
         let incoming = TcpListenerStream::new(listener);
         let signal = async move {

@@ -108,6 +108,7 @@ impl Cluster {
                 inner: SystemTimeSource::new(),
                 wall_offset_ns: id * 3_600_000_000_000,
             }),
+            ..NodeHooks::default()
         };
         let initial = Ledger::new(LedgerConfig::root("cluster"));
         let node = RaftNode::start_with(config, hooks, initial, listener, std::future::pending())

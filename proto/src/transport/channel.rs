@@ -236,28 +236,29 @@ fn parse_host(address: &str) -> Result<&str, ChannelError> {
     let (host, port) = address
         .rsplit_once(':')
         .ok_or_else(|| invalid("missing `:port`"))?;
-    if port.parse::<u16>().map_or(true, |p| p == 0) {
+    if !port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(invalid("port must be 1-65535"));
     }
-    let host_ok = match host.strip_prefix('[') {
-        Some(v6) => {
-            let v6 = v6
+    let (host, host_ok) = match host.strip_prefix('[') {
+        Some(bracketed) => {
+            let v6 = bracketed
                 .strip_suffix(']')
                 .ok_or_else(|| invalid("unclosed `[` in IPv6 host"))?;
-            let ok = v6.parse::<std::net::Ipv6Addr>().is_ok();
-            (ok, v6)
+            (v6, v6.parse::<std::net::Ipv6Addr>().is_ok())
         }
-        None => {
-            let ok = !host.is_empty()
+        // Unbracketed hosts are DNS names or IPv4 addresses; a bare IPv6 is ambiguous.
+        None => (
+            host,
+            !host.is_empty()
                 && host
                     .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
-            (ok, host)
-        }
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')),
+        ),
     };
-    let (ok, host) = host_ok;
-    if !ok {
-        return Err(invalid("host must be a DNS name or IP address"));
+    if !host_ok {
+        return Err(invalid(
+            "host must be a DNS name, an IPv4 address or a bracketed IPv6",
+        ));
     }
     Ok(host)
 }
@@ -288,6 +289,7 @@ mod tests {
             "localhost:0",
             "localhost:65536",
             "localhost:x",
+            "localhost:+80",
             ":7000",
             "https://localhost:7000",
             "[::1:7000",

@@ -67,7 +67,7 @@ pub enum TlsConfigError {
     Invalid {
         /// Which input.
         kind: PemKind,
-        /// `file `<path>`` or `in-memory PEM`.
+        /// ``file `PATH` `` or `in-memory PEM`.
         origin: String,
         /// What is wrong with it.
         reason: String,

@@ -7,6 +7,7 @@ pub mod http;
 pub mod metrics;
 pub mod raft;
 pub mod replica;
+pub mod server;
 pub mod service;
 pub mod state;
 pub mod storage;

@@ -136,3 +136,69 @@ mod tests {
         assert_eq!((now, rollbacks), (Nanos(5), 1));
     }
 }
+
+/// A replica that becomes available once it is set: services are built before the node
+/// they run on has started, and answer "unavailable" until then.
+pub struct LateReplica<R> {
+    cell: Arc<std::sync::OnceLock<R>>,
+}
+
+impl<R> Clone for LateReplica<R> {
+    fn clone(&self) -> Self {
+        LateReplica {
+            cell: Arc::clone(&self.cell),
+        }
+    }
+}
+
+impl<R> Default for LateReplica<R> {
+    fn default() -> Self {
+        LateReplica {
+            cell: Arc::new(std::sync::OnceLock::new()),
+        }
+    }
+}
+
+impl<R> LateReplica<R> {
+    /// Sets the replica; a second call is ignored.
+    pub fn set(&self, replica: R) {
+        let _ = self.cell.set(replica);
+    }
+
+    pub fn get(&self) -> Option<&R> {
+        self.cell.get()
+    }
+}
+
+fn starting() -> ReplicaError {
+    ReplicaError::Unavailable("node is starting".into())
+}
+
+impl<M: Machine, R: Replica<M>> Replica<M> for LateReplica<R> {
+    fn propose(
+        &self,
+        command: M::Command,
+    ) -> impl Future<Output = Result<M::Output, ReplicaError>> + Send {
+        let inner = self.cell.get().cloned();
+        async move {
+            match inner {
+                Some(r) => r.propose(command).await,
+                None => Err(starting()),
+            }
+        }
+    }
+
+    fn read<T, F>(&self, f: F) -> impl Future<Output = Result<T, ReplicaError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&M) -> T + Send + 'static,
+    {
+        let inner = self.cell.get().cloned();
+        async move {
+            match inner {
+                Some(r) => r.read(f).await,
+                None => Err(starting()),
+            }
+        }
+    }
+}

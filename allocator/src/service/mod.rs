@@ -5,6 +5,7 @@ pub mod admin;
 pub mod auth;
 pub mod budget;
 pub mod cluster;
+pub mod cluster_raft;
 pub mod convert;
 pub mod lease;
 pub mod ticker;

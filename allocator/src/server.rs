@@ -1,0 +1,243 @@
+//! One allocator node: Raft, the lease and admin services, metrics and expiry ticks, from
+//! an [`AllocatorConfig`].
+
+use crate::config::AllocatorConfig;
+use crate::http::{router as http_router, serve as serve_http, ReadinessCheck};
+use crate::metrics::{ledger_figures, AllocatorMetrics};
+use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
+use crate::replica::LateReplica;
+use crate::service::cluster_raft::RaftCluster;
+use crate::service::ticker::run_ticker;
+use crate::service::{AdminServer, LeaseServer, WatchSettings};
+use crate::state::AllocatorState;
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::LedgerConfig;
+use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
+use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
+use leasehold_proto::transport::{
+    ensure_crypto_provider, server_tls_config, AuthMode, PeerIdentity, Role, TlsPaths,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::watch;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    Config(String),
+    #[error("signing key {path}: {reason}")]
+    SigningKey { path: String, reason: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("raft node: {0}")]
+    Node(String),
+}
+
+/// Loads the cluster's lease-signing key, creating it (mode 0600) on first start.
+pub fn signing_key(path: &Path) -> Result<LeaseSigner, ServerError> {
+    let err = |reason: String| ServerError::SigningKey {
+        path: path.display().to_string(),
+        reason,
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => LeaseSigner::from_pkcs8(&bytes).map_err(|e| err(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
+                .map_err(|e| err(e.to_string()))?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+            }
+            write_private(path, signer.to_pkcs8()).map_err(|e| err(e.to_string()))?;
+            Ok(signer)
+        }
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    opts.open(path)?.write_all(bytes)
+}
+
+fn node_config(cfg: &AllocatorConfig) -> NodeConfig {
+    let mut n = NodeConfig::new(
+        cfg.node_id,
+        cfg.advertise_addr.clone(),
+        cfg.data_dir.join("raft"),
+    );
+    n.cluster_name = cfg.cluster.clone();
+    n.heartbeat_interval_ms = cfg.raft.heartbeat_ms;
+    n.election_timeout_min_ms = cfg.raft.election_min_ms;
+    n.election_timeout_max_ms = cfg.raft.election_max_ms;
+    n.snapshot_logs_since_last = cfg.raft.snapshot_every_entries;
+    n
+}
+
+/// Transport security and caller rules from the config.
+fn security(cfg: &AllocatorConfig) -> Result<(TransportConfig, AuthMode), ServerError> {
+    let Some(files) = &cfg.tls else {
+        tracing::warn!(
+            "running WITHOUT TLS or client authentication (--insecure): development only"
+        );
+        let assumed = PeerIdentity::new(Role::Admin, "insecure-dev")
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        return Ok((TransportConfig::default(), AuthMode::Insecure { assumed }));
+    };
+    ensure_crypto_provider();
+    let pem = TlsPaths {
+        ca: files.ca.clone(),
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+    }
+    .load()
+    .map_err(|e| ServerError::Config(e.to_string()))?;
+    let server = server_tls_config(&pem).map_err(|e| ServerError::Config(e.to_string()))?;
+    let client = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&pem.ca))
+        .identity(tonic::transport::Identity::from_pem(&pem.cert, &pem.key));
+    let transport = TransportConfig {
+        client_tls: Some(client),
+        server_tls: Some(server),
+        ..TransportConfig::default()
+    };
+    Ok((transport, AuthMode::MutualTls))
+}
+
+/// Runs the node until `shutdown` flips to true.
+pub async fn run(
+    cfg: AllocatorConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    if !cfg.is_root() {
+        return Err(ServerError::Config(
+            "`upstream` is set, but this build cannot yet lease from an upstream cluster; run region and cell allocators once delegation is available".into(),
+        ));
+    }
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
+    let signer = Arc::new(signing_key(&cfg.signing_key)?);
+    let (transport, auth) = security(&cfg)?;
+    let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
+    let cluster = Arc::new(RaftCluster {
+        node: late.clone(),
+        cluster_id: cfg.cluster.clone(),
+        level: "global".into(),
+    });
+    let lease = LeaseServer::new(
+        late.clone(),
+        Arc::clone(&signer),
+        auth.clone(),
+        WatchSettings::default(),
+    );
+    let admin = AdminServer::new(late.clone(), auth.clone(), cluster);
+    let hooks = NodeHooks {
+        transport,
+        services: Some(Box::new(move |router| {
+            router
+                .add_service(LeaseServiceServer::new(lease))
+                .add_service(AdminServiceServer::new(admin))
+        })),
+        raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
+        ..NodeHooks::default()
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: cfg.grpc_addr.to_string(),
+            source,
+        })?;
+    let stop = {
+        let mut s = shutdown.clone();
+        async move {
+            let _ = s.wait_for(|v| *v).await;
+        }
+    };
+    let initial = AllocatorState::new(LedgerConfig::root(cfg.cluster.clone()));
+    let node = RaftNode::start_with(node_config(&cfg), hooks, initial, listener, stop)
+        .await
+        .map_err(|e| ServerError::Node(e.to_string()))?;
+    late.set(node.clone());
+    bootstrap(&cfg, &node).await;
+
+    let metrics = Arc::new(AllocatorMetrics::new({
+        let node = node.clone();
+        Arc::new(move || node.read_local(|s| ledger_figures(s.ledger())))
+    }));
+    let ready: ReadinessCheck = {
+        let node = node.clone();
+        Arc::new(move || match node.metrics().leader_id {
+            Some(_) => Ok(()),
+            None => Err("no leader known".into()),
+        })
+    };
+    let http_listener = tokio::net::TcpListener::bind(cfg.http_addr)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: cfg.http_addr.to_string(),
+            source,
+        })?;
+    let http_stop = {
+        let mut s = shutdown.clone();
+        async move {
+            let _ = s.wait_for(|v| *v).await;
+        }
+    };
+    tokio::spawn(serve_http(
+        http_listener,
+        http_router(Arc::clone(&metrics), ready),
+        http_stop,
+    ));
+    let tick_stop = {
+        let mut s = shutdown.clone();
+        async move {
+            let _ = s.wait_for(|v| *v).await;
+        }
+    };
+    tokio::spawn(run_ticker(node.clone(), cfg.tick_ms, tick_stop));
+    tracing::info!(node_id = cfg.node_id, grpc = %cfg.grpc_addr, http = %cfg.http_addr, "allocator started");
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|v| *v) => break,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                let m = node.metrics();
+                metrics.is_leader.set(i64::from(m.leader_id == Some(cfg.node_id)));
+                metrics.raft_term.set(m.current_term as i64);
+                metrics.raft_last_log_index.set(m.last_log_index.unwrap_or(0) as i64);
+                metrics.raft_applied_index.set(m.last_applied_index.unwrap_or(0) as i64);
+            }
+        }
+    }
+    node.shutdown().await;
+    tracing::info!(node_id = cfg.node_id, "allocator stopped");
+    Ok(())
+}
+
+/// The lowest-numbered bootstrap member initialises a new cluster; on a restart (or on the
+/// others) there is nothing to do.
+async fn bootstrap(cfg: &AllocatorConfig, node: &RaftNode<AllocatorState>) {
+    let Some(first) = cfg.bootstrap.iter().map(|m| m.id).min() else {
+        return;
+    };
+    if first != cfg.node_id {
+        return;
+    }
+    let members: BTreeMap<u64, String> = cfg
+        .bootstrap
+        .iter()
+        .map(|m| (m.id, m.addr.clone()))
+        .collect();
+    match node.initialize(members).await {
+        Ok(()) => tracing::info!("cluster initialised"),
+        Err(e) => tracing::debug!(error = %e, "not initialising (already initialised)"),
+    }
+}

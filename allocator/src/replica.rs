@@ -113,30 +113,6 @@ impl<M: Machine> Replica<M> for LocalReplica<M> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use leasehold_common::ledger::LedgerConfig;
-    use leasehold_common::time::ManualClock;
-
-    #[tokio::test]
-    async fn local_replica_applies_at_clock_time() {
-        let clock = ManualClock::new(Nanos(5));
-        let replica = LocalReplica::new(
-            Ledger::new(LedgerConfig::root("g")),
-            Arc::new(clock.clone()),
-        );
-        replica.propose(Command::Tick).await.unwrap().unwrap();
-        clock.set(Nanos(3));
-        replica.propose(Command::Tick).await.unwrap().unwrap();
-        let (now, rollbacks) = replica
-            .read(|l| (l.now(), l.clock_rollbacks().rollbacks))
-            .await
-            .unwrap();
-        assert_eq!((now, rollbacks), (Nanos(5), 1));
-    }
-}
-
 /// A replica that becomes available once it is set: services are built before the node
 /// they run on has started, and answer "unavailable" until then.
 pub struct LateReplica<R> {
@@ -200,5 +176,29 @@ impl<M: Machine, R: Replica<M>> Replica<M> for LateReplica<R> {
                 None => Err(starting()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::ledger::LedgerConfig;
+    use leasehold_common::time::ManualClock;
+
+    #[tokio::test]
+    async fn local_replica_applies_at_clock_time() {
+        let clock = ManualClock::new(Nanos(5));
+        let replica = LocalReplica::new(
+            Ledger::new(LedgerConfig::root("g")),
+            Arc::new(clock.clone()),
+        );
+        replica.propose(Command::Tick).await.unwrap().unwrap();
+        clock.set(Nanos(3));
+        replica.propose(Command::Tick).await.unwrap().unwrap();
+        let (now, rollbacks) = replica
+            .read(|l| (l.now(), l.clock_rollbacks().rollbacks))
+            .await
+            .unwrap();
+        assert_eq!((now, rollbacks), (Nanos(5), 1));
     }
 }

@@ -163,8 +163,9 @@ pub enum BudgetCmd {
     /// The budget tree of a policy with utilisation.
     Show {
         policy_id: String,
-        #[arg(long)]
-        key: Option<String>,
+        /// Only this policy key (e.g. `api:tenant=acme`).
+        #[arg(long = "for-key")]
+        for_key: Option<String>,
     },
     /// Change a policy's rate and burst (a new policy version).
     Set {
@@ -267,4 +268,15 @@ pub enum AuditCmd {
         #[arg(long)]
         actor: Option<String>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

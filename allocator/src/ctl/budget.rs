@@ -85,10 +85,10 @@ fn tree_rows(n: &pb::BudgetNode, depth: usize, t: &mut Table) {
 
 pub async fn run(admin: &mut Admin, cmd: BudgetCmd) -> Result<Rendered, CtlError> {
     match cmd {
-        BudgetCmd::Show { policy_id, key } => {
+        BudgetCmd::Show { policy_id, for_key } => {
             let req = pb::ShowBudgetRequest {
                 policy_id,
-                key: key.unwrap_or_default(),
+                key: for_key.unwrap_or_default(),
                 depth_max: 8,
             };
             let r = admin

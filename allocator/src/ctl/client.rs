@@ -158,29 +158,38 @@ impl Admin {
         })
     }
 
-    /// Runs `call`; if the node answers that another node leads, reconnects there and
-    /// runs it once more.
+    /// Runs `call`; while the node answers that another node leads, reconnects there and
+    /// runs it again, at most [`REDIRECTS_MAX`] times (a new leader may still be settling).
     pub async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, CtlError>
     where
         F: FnMut(AdminServiceClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        match call(self.client.clone()).await {
-            Ok(resp) => Ok(resp.into_inner()),
-            Err(status) => {
-                let Some(leader) = leader_of(&status) else {
-                    return Err(CtlError::Rpc(status));
-                };
-                let channel = connect(&self.settings, &leader).await?;
-                self.client = AdminServiceClient::new(channel);
-                call(self.client.clone())
-                    .await
-                    .map(tonic::Response::into_inner)
-                    .map_err(CtlError::Rpc)
+        let mut redirects = 0;
+        loop {
+            let status = match call(self.client.clone()).await {
+                Ok(resp) => return Ok(resp.into_inner()),
+                Err(status) => status,
+            };
+            let Some(leader) = leader_of(&status) else {
+                return Err(CtlError::Rpc(status));
+            };
+            if redirects == REDIRECTS_MAX {
+                return Err(CtlError::Rpc(status));
             }
+            if redirects > 0 {
+                tokio::time::sleep(Duration::from_millis(REDIRECT_BACKOFF_MS)).await;
+            }
+            redirects += 1;
+            let channel = connect(&self.settings, &leader).await?;
+            self.client = AdminServiceClient::new(channel);
         }
     }
 }
+
+/// Leader redirects followed per command, and the pause between repeated ones.
+const REDIRECTS_MAX: u32 = 5;
+const REDIRECT_BACKOFF_MS: u64 = 200;
 
 fn leader_of(status: &tonic::Status) -> Option<String> {
     if status.code() != tonic::Code::Unavailable {

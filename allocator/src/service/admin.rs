@@ -558,6 +558,9 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<Self::TailAuditStream>, Status> {
         admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
+        // Fails the call itself (not the stream) on a follower, so clients can follow the
+        // leader hint before any entry is sent.
+        self.read(|_| ()).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let replica = self.replica.clone();
         tokio::spawn(async move {

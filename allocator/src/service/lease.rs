@@ -149,6 +149,8 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<Self::WatchStream>, Status> {
         holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
         let r = req.into_inner();
+        // A follower refuses the call itself with the leader's address, before streaming.
+        self.replica.read(|_| ()).await.map_err(replica_status)?;
         Ok(Response::new(watch_stream(
             self.replica.clone(),
             r,

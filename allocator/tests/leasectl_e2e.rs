@@ -1,0 +1,267 @@
+//! End to end from the binaries: `leasectl certs init`, a 3-node allocator cluster with
+//! mutual TLS, and every `leasectl` command against it, JSON output included.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
+const ALLOCATOR: &str = env!("CARGO_BIN_EXE_leasehold-allocator");
+
+struct Nodes(Vec<Child>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(dir: &Path, id: u64, ports: &[(u16, u16)]) -> PathBuf {
+    let certs = dir.join("certs");
+    let members: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (g, _))| format!("  - {{id: {}, addr: \"127.0.0.1:{g}\"}}", i + 1))
+        .collect();
+    let (grpc, http) = ports[(id - 1) as usize];
+    let text = format!(
+        "node_id: {id}\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\nadvertise_addr: 127.0.0.1:{grpc}\n\
+         data_dir: {data}\nsigning_key: {data}/lease-key.p8\n\
+         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-global-{id}.pem, key: {c}/allocator-global-{id}-key.pem}}\n\
+         raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 1000}}\nbootstrap:\n{}\n",
+        members.join("\n"),
+        data = dir.join(format!("node-{id}")).display(),
+        c = certs.display(),
+    );
+    let path = dir.join(format!("node-{id}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn ctl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Output {
+    let certs = dir.join("certs");
+    Command::new(LEASECTL)
+        .env("HOME", dir)
+        .args(["--server", server, "--server-name", "localhost"])
+        .arg("--ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--cert")
+        .arg(certs.join(format!("{identity}.pem")))
+        .arg("--key")
+        .arg(certs.join(format!("{identity}-key.pem")))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "leasectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn wait_ready(dir: &Path, server: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = ctl(dir, server, "admin-ops", &["status", "-o", "json"]);
+        if out.status.success() && json(&out)["healthy"] == Value::Bool(true) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster not healthy: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn leasectl_administers_a_tls_cluster_from_the_binaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let init = Command::new(LEASECTL)
+        .args(["certs", "init", "--out"])
+        .arg(dir.join("certs"))
+        .args([
+            "--allocators",
+            "global-1,global-2,global-3",
+            "--agents",
+            "gw-1",
+            "--admins",
+            "ops",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let nodes = Nodes(
+        (1..=3)
+            .map(|id| {
+                Command::new(ALLOCATOR)
+                    .arg("-c")
+                    .arg(config(dir, id, &ports))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::fs::File::create(dir.join(format!("node-{id}.log"))).unwrap())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let server = format!("127.0.0.1:{}", ports[2].0);
+    wait_ready(dir, &server);
+    let admin = |args: &[&str]| ctl(dir, &server, "admin-ops", args);
+
+    let policy = dir.join("api.yaml");
+    std::fs::write(&policy, "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 100, per: 1s}\nburst: 200\n").unwrap();
+    let applied = json(&admin(&[
+        "policy",
+        "apply",
+        "-f",
+        policy.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(applied["version"], 1);
+    let faster = dir.join("api-fast.yaml");
+    std::fs::write(&faster, "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 300, per: 1s}\nburst: 600\n").unwrap();
+    let diff = json(&admin(&[
+        "policy",
+        "diff",
+        "api",
+        "-f",
+        faster.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert!(
+        diff["diff"]
+            .as_str()
+            .unwrap()
+            .contains("rate.units: 100 -> 300"),
+        "{diff}"
+    );
+    assert_eq!(
+        json(&admin(&[
+            "policy",
+            "apply",
+            "-f",
+            faster.to_str().unwrap(),
+            "-o",
+            "json"
+        ]))["version"],
+        2
+    );
+    assert_eq!(
+        json(&admin(&[
+            "policy", "rollback", "api", "--to", "1", "-o", "json"
+        ]))["version"],
+        3
+    );
+    let listed = json(&admin(&["policy", "ls", "-o", "json"]));
+    assert_eq!(listed[0]["policy_id"], "api");
+    assert!(
+        json(&admin(&["policy", "get", "api", "-o", "json"]))["yaml"]
+            .as_str()
+            .unwrap()
+            .contains("units: 100")
+    );
+
+    let split = json(&admin(&[
+        "budget", "split", "api", "--share", "eu=3", "--share", "us=1", "-o", "json",
+    ]));
+    assert_eq!(split["children"][0]["rate_per_sec"], 75.0);
+    let shown = json(&admin(&["budget", "show", "api", "-o", "json"]));
+    assert_eq!(shown["root"]["burst"], 200);
+    assert_eq!(
+        json(&admin(&[
+            "budget", "set", "api", "--rate", "150", "--burst", "300", "-o", "json"
+        ]))["policy_version"],
+        4
+    );
+    json(&admin(&["budget", "rebalance", "api", "-o", "json"]));
+    assert_eq!(
+        json(&admin(&["lease", "ls", "-o", "json"])),
+        Value::Array(vec![])
+    );
+    let revoke = admin(&["lease", "revoke", "999"]);
+    assert_eq!(revoke.status.code(), Some(3), "unknown lease is not found");
+
+    let open = json(&admin(&[
+        "emergency",
+        "fail-open",
+        "--policy",
+        "api",
+        "--reason",
+        "drill",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(open["after"], "EMERGENCY_MODE_FAIL_OPEN");
+    json(&admin(&[
+        "emergency",
+        "restricted",
+        "--policy",
+        "api",
+        "--min-priority",
+        "5",
+        "--rate",
+        "10",
+        "-o",
+        "json",
+    ]));
+    json(&admin(&[
+        "emergency",
+        "normal",
+        "--policy",
+        "api",
+        "-o",
+        "json",
+    ]));
+
+    let status = json(&admin(&["cluster", "status", "-o", "json"]));
+    assert_eq!(status["members"].as_array().unwrap().len(), 3);
+    let audit = json(&admin(&["audit", "tail", "-n", "50", "-o", "json"]));
+    let entries = audit.as_array().unwrap();
+    assert!(entries.len() >= 8, "{audit}");
+    assert!(entries.iter().all(|e| e["actor"] == "admin/ops"), "{audit}");
+    assert!(entries
+        .iter()
+        .any(|e| e["action"] == "emergency.set" && e["reason"] == "drill"));
+
+    let as_agent = ctl(dir, &server, "agent-gw-1", &["policy", "ls"]);
+    assert_eq!(
+        as_agent.status.code(),
+        Some(4),
+        "agent certificate refused: {}",
+        String::from_utf8_lossy(&as_agent.stderr)
+    );
+    let bad = admin(&[
+        "policy",
+        "apply",
+        "-f",
+        dir.join("missing.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(6));
+    drop(nodes);
+}

@@ -1,5 +1,6 @@
 //! The Leasehold agent: a sidecar (or an in-process library) that admits requests locally
 //! against credit leased from an allocator.
 
+pub mod api;
 pub mod credit;
 pub mod engine;

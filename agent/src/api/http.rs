@@ -1,0 +1,165 @@
+//! The agent's HTTP API: `POST /v1/admit` (200 or 429 with `Retry-After` and the IETF
+//! `RateLimit-Policy` / `RateLimit` fields), `/metrics`, `/healthz`, `/readyz`.
+
+use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use leasehold_common::time::{Clock, SystemClock};
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Dimensions accepted in one HTTP request (the engine accepts at most 8).
+pub const HTTP_DIMENSIONS_MAX: usize = 8;
+
+#[derive(Clone)]
+struct Http {
+    engine: Arc<Engine>,
+    clock: SystemClock,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmitBody {
+    dimensions: Vec<DimensionBody>,
+    #[serde(default)]
+    route: Option<String>,
+    #[serde(default)]
+    priority: u8,
+    #[serde(default)]
+    bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DimensionBody {
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    domain: Option<String>,
+    #[serde(default)]
+    entries: BTreeMap<String, String>,
+}
+
+pub fn router(engine: Arc<Engine>, clock: SystemClock) -> Router {
+    Router::new()
+        .route("/v1/admit", post(admit))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ready\n" }))
+        .with_state(Http { engine, clock })
+}
+
+fn bad(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({"error": message}))).into_response()
+}
+
+async fn admit(
+    State(h): State<Http>,
+    body: Result<Json<AdmitBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(Json(b)) => b,
+        Err(e) => return bad(format!("request body: {}", e.body_text())),
+    };
+    if body.dimensions.is_empty() || body.dimensions.len() > HTTP_DIMENSIONS_MAX {
+        return bad(format!("dimensions: give 1 to {HTTP_DIMENSIONS_MAX}"));
+    }
+    let entries: Vec<Vec<(&str, &str)>> = body
+        .dimensions
+        .iter()
+        .map(|d| {
+            d.entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect()
+        })
+        .collect();
+    let mut dims = Vec::with_capacity(body.dimensions.len());
+    for (i, d) in body.dimensions.iter().enumerate() {
+        match (&d.policy, &d.domain) {
+            (Some(p), None) => dims.push(Dimension::policy(p, &entries[i])),
+            (None, Some(domain)) => dims.push(Dimension::envoy(domain, &entries[i])),
+            _ => {
+                return bad(format!(
+                    "dimensions[{i}]: give exactly one of `policy` or `domain`"
+                ))
+            }
+        }
+    }
+    let mut req = AdmitRequest::new(&dims);
+    req.route = body.route.as_deref();
+    req.priority = body.priority;
+    req.bytes = body.bytes;
+    let decision = h.engine.admit(&req, h.clock.now());
+    respond(&decision)
+}
+
+fn outcome_name(o: Outcome) -> String {
+    format!("{o:?}").to_lowercase()
+}
+
+fn respond(d: &Decision) -> Response {
+    let results: Vec<_> = d
+        .results
+        .iter()
+        .map(|r| {
+            json!({
+                "policy": r.policy_id.as_deref(),
+                "version": r.policy_version,
+                "outcome": outcome_name(r.outcome),
+                "limit": r.limit,
+                "remaining": r.remaining,
+                "reset_after_ms": r.reset_after_ns.div_ceil(1_000_000),
+            })
+        })
+        .collect();
+    let deciding = d
+        .denial
+        .and_then(|x| x.dimension)
+        .and_then(|i| d.results.get(i))
+        .or_else(|| {
+            d.results
+                .iter()
+                .filter(|r| r.limit > 0)
+                .min_by_key(|r| r.remaining)
+        });
+    let mut headers = HeaderMap::new();
+    if let Some(r) = deciding {
+        let name = r.policy_id.as_deref().unwrap_or("limit");
+        let window_s = r.reset_after_ns.div_ceil(1_000_000_000).max(1);
+        if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";q={};w={window_s}", r.limit)) {
+            headers.insert("ratelimit-policy", v);
+        }
+        let reset_s = r.reset_after_ns.div_ceil(1_000_000_000);
+        if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";r={};t={reset_s}", r.remaining)) {
+            headers.insert("ratelimit", v);
+        }
+    }
+    let body = json!({
+        "allowed": d.allowed,
+        "decision_id": format!("{:016x}", d.decision_id),
+        "reason": d.denial.map(|x| format!("{:?}", x.reason).to_lowercase()),
+        "retry_after_ms": d.retry_after_ns.div_ceil(1_000_000),
+        "results": results,
+    });
+    if d.allowed {
+        return (StatusCode::OK, headers, Json(body)).into_response();
+    }
+    let retry_s = d.retry_after_ns.div_ceil(1_000_000_000).max(1);
+    if let Ok(v) = HeaderValue::from_str(&retry_s.to_string()) {
+        headers.insert("retry-after", v);
+    }
+    (StatusCode::TOO_MANY_REQUESTS, headers, Json(body)).into_response()
+}
+
+async fn metrics(State(h): State<Http>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        super::metrics::render(&h.engine.stats()),
+    )
+}

@@ -1,0 +1,113 @@
+//! Prometheus text for the agent: what the engine counted, per policy (never per key).
+
+use crate::engine::EngineStats;
+use std::fmt::Write;
+
+type Field = fn(&crate::engine::PolicyCountersSnapshot) -> u64;
+
+const UNITS: &[(&str, &str, Field)] = &[
+    ("offered", "Units offered (admitted or not).", |c| c.offered),
+    ("admitted", "Units admitted and charged.", |c| c.admitted),
+    ("rejected", "Units refused.", |c| c.rejected),
+    (
+        "rolled_back",
+        "Units charged then given back because another dimension refused.",
+        |c| c.rolled_back,
+    ),
+    (
+        "not_evaluated",
+        "Units not checked because an earlier dimension refused.",
+        |c| c.not_evaluated,
+    ),
+    (
+        "shadow_denied",
+        "Units a shadow-mode policy would have refused (admitted).",
+        |c| c.shadow_denied,
+    ),
+    (
+        "fail_open",
+        "Units admitted uncharged while failing open.",
+        |c| c.fail_open,
+    ),
+    (
+        "restricted",
+        "Units admitted under restricted operation.",
+        |c| c.restricted,
+    ),
+    (
+        "kill_switch",
+        "Units admitted by a policy's kill switch.",
+        |c| c.kill_switch,
+    ),
+];
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Renders the engine's counters in the Prometheus text format.
+pub fn render(stats: &EngineStats) -> String {
+    let mut out = String::new();
+    for (name, help, field) in UNITS {
+        let _ = writeln!(out, "# HELP leasehold_agent_{name}_units_total {help}");
+        let _ = writeln!(out, "# TYPE leasehold_agent_{name}_units_total counter");
+        for p in &stats.policies {
+            let _ = writeln!(
+                out,
+                "leasehold_agent_{name}_units_total{{policy=\"{}\"}} {}",
+                escape(&p.policy_id),
+                field(&p.counters)
+            );
+        }
+    }
+    let engine: [(&str, &str, u64); 8] = [
+        (
+            "decisions_total",
+            "Admission decisions made.",
+            stats.decisions,
+        ),
+        (
+            "self_protection_denied_total",
+            "Requests refused by the instance's self-protection bucket.",
+            stats.self_protection_denied,
+        ),
+        (
+            "table_full_total",
+            "New keys sent to an overflow key because the key table was full.",
+            stats.table_full,
+        ),
+        (
+            "acquire_queue_full_total",
+            "Lease requests not queued because the queue was full.",
+            stats.acquire_queue_full,
+        ),
+        (
+            "unknown_policy_total",
+            "Dimensions naming a policy that is not loaded.",
+            stats.unknown_policy,
+        ),
+        (
+            "evictions_total",
+            "Idle keys evicted from the key table.",
+            stats.evictions,
+        ),
+        ("keys", "Keys held in the key table.", stats.keys as u64),
+        (
+            "clock_rollbacks_total",
+            "Clock readings behind the last one, clamped.",
+            stats.clock.rollbacks,
+        ),
+    ];
+    for (name, help, value) in engine {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(out, "# HELP leasehold_agent_{name} {help}\n# TYPE leasehold_agent_{name} {kind}\nleasehold_agent_{name} {value}");
+    }
+    out
+}

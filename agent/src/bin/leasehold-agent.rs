@@ -1,0 +1,162 @@
+//! `leasehold-agent`: the sidecar beside a gateway replica.
+//!
+//! Serves Envoy's rate-limit service over gRPC and admission over HTTP, on TCP or Unix
+//! sockets. `--standalone --ratelimit-config limits.yaml` is a drop-in for
+//! envoyproxy/ratelimit on one host: its rules are enforced in this process.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use leasehold_agent::api::{http, rls::RlsServer};
+use leasehold_agent::engine::{Engine, RuleSource};
+use leasehold_common::policy::envoy::EnvoyConfig;
+use leasehold_common::policy::Policy;
+use leasehold_common::time::{Clock, SystemClock};
+use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "leasehold-agent",
+    version,
+    about = "Leasehold sidecar: local admission against leased credit"
+)]
+struct Args {
+    /// gRPC listener (Envoy RLS): `host:port` or `unix:/path`.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    grpc_addr: String,
+    /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `host:port` or `unix:/path`.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http_addr: String,
+    /// envoyproxy/ratelimit YAML: a file, or a directory of them.
+    #[arg(long)]
+    ratelimit_config: Option<PathBuf>,
+    /// Leasehold policy YAML files.
+    #[arg(long = "policy")]
+    policies: Vec<PathBuf>,
+    /// Run with no allocator: every rule is enforced in this process.
+    #[arg(long)]
+    standalone: bool,
+    /// Add x-ratelimit-* headers to Envoy responses.
+    #[arg(long)]
+    response_headers: bool,
+}
+
+fn load_rules(args: &Args) -> Result<(RuleSource, EnvoyConfig)> {
+    let envoy = match &args.ratelimit_config {
+        Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            EnvoyConfig::from_yaml(&p.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => EnvoyConfig::default(),
+    };
+    let mut policies = Vec::new();
+    for p in &args.policies {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        policies
+            .push(Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?);
+    }
+    let mut rules = RuleSource::from_policies(policies);
+    rules.envoy = Some(envoy.clone());
+    Ok((rules, envoy))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    if !args.standalone {
+        // Leased policies need the lease manager, which this build does not start yet.
+        bail!("only --standalone is supported by this build: rules are enforced in this process");
+    }
+    let (rules, envoy) = load_rules(&args)?;
+    let clock = SystemClock::new();
+    let engine = Arc::new(
+        Engine::builder()
+            .start(clock.now())
+            .build(rules)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let rls = RateLimitServiceServer::new(RlsServer::new(
+        Arc::clone(&engine),
+        Arc::new(envoy),
+        clock.clone(),
+        args.response_headers,
+    ));
+    let grpc = tonic::transport::Server::builder().add_service(rls);
+    let grpc_task = match args.grpc_addr.strip_prefix("unix:") {
+        Some(path) => {
+            let _ = std::fs::remove_file(path);
+            let l =
+                tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
+            tokio::spawn(grpc.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(l),
+                stopped(rx.clone()),
+            ))
+        }
+        None => {
+            let l = tokio::net::TcpListener::bind(&args.grpc_addr)
+                .await
+                .with_context(|| format!("binding {}", args.grpc_addr))?;
+            tracing::info!(addr = %l.local_addr()?, "gRPC (Envoy RLS) listening");
+            tokio::spawn(grpc.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(l),
+                stopped(rx.clone()),
+            ))
+        }
+    };
+    let router = http::router(Arc::clone(&engine), clock);
+    let http_task = match args.http_addr.strip_prefix("unix:") {
+        Some(path) => {
+            let _ = std::fs::remove_file(path);
+            let l =
+                tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
+            tokio::spawn(async move {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(stopped(rx))
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+        }
+        None => {
+            let l = tokio::net::TcpListener::bind(&args.http_addr)
+                .await
+                .with_context(|| format!("binding {}", args.http_addr))?;
+            tracing::info!(addr = %l.local_addr()?, "HTTP listening");
+            tokio::spawn(async move {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(stopped(rx))
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+        }
+    };
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = tx.send(true);
+    let _ = grpc_task.await;
+    let _ = http_task.await;
+    Ok(())
+}

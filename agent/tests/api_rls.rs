@@ -239,3 +239,72 @@ fn standalone_binary_serves_envoy_rls_on_a_unix_socket() {
         "4 hits exceed 3 per minute"
     );
 }
+
+#[tokio::test]
+async fn native_admit_charges_all_dimensions_or_none() {
+    use leasehold_agent::api::admit::AdmitServer;
+    use leasehold_proto::leasehold::v1 as pb;
+    use leasehold_proto::leasehold::v1::admit_service_client::AdmitServiceClient;
+    use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
+    let (engine, _, clock) = engine();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(AdmitServiceServer::new(AdmitServer::new(engine, clock)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut c = AdmitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let dim = |k: &str, v: &str| pb::Dimension {
+        policy_id: String::new(),
+        domain: "edge".into(),
+        entries: vec![pb::dimension::Entry {
+            key: k.into(),
+            value: v.into(),
+        }],
+    };
+    // Nested hourly rule allows 2; the tenant rule allows 3 per minute.
+    let both = |id: &str| pb::AdmitRequest {
+        dimensions: vec![
+            dim("tenant", "t9"),
+            pb::Dimension {
+                entries: vec![
+                    pb::dimension::Entry {
+                        key: "org".into(),
+                        value: "o".into(),
+                    },
+                    pb::dimension::Entry {
+                        key: "plan".into(),
+                        value: "free".into(),
+                    },
+                ],
+                ..dim("x", "y")
+            },
+        ],
+        decision_id: id.into(),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        assert!(c.admit(both("req-1")).await.unwrap().into_inner().allowed);
+    }
+    let third = c.admit(both("req-3")).await.unwrap().into_inner();
+    assert!(!third.allowed, "the hourly dimension is spent");
+    assert!(
+        third.decision_id.starts_with("req-3/"),
+        "{}",
+        third.decision_id
+    );
+    assert_eq!(third.results[1].reason, pb::Reason::OverLimit as i32);
+    // The refused request charged nothing on the tenant dimension: one unit is still left.
+    let alone = pb::AdmitRequest {
+        dimensions: vec![dim("tenant", "t9")],
+        ..Default::default()
+    };
+    let r = c.admit(alone).await.unwrap().into_inner();
+    assert!(r.allowed);
+    assert_eq!(r.results[0].remaining, 0);
+    let err = c.admit(pb::AdmitRequest::default()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}

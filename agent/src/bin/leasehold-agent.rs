@@ -6,12 +6,13 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use leasehold_agent::api::{http, rls::RlsServer};
+use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ use std::sync::Arc;
     about = "Leasehold sidecar: local admission against leased credit"
 )]
 struct Args {
-    /// gRPC listener (Envoy RLS): `host:port` or `unix:/path`.
+    /// gRPC listener (Envoy RLS and the native Admit API): `host:port` or `unix:/path`.
     #[arg(long, default_value = "127.0.0.1:8081")]
     grpc_addr: String,
     /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `host:port` or `unix:/path`.
@@ -105,7 +106,10 @@ async fn main() -> Result<()> {
         clock.clone(),
         args.response_headers,
     ));
-    let grpc = tonic::transport::Server::builder().add_service(rls);
+    let admit = AdmitServiceServer::new(AdmitServer::new(Arc::clone(&engine), clock.clone()));
+    let grpc = tonic::transport::Server::builder()
+        .add_service(rls)
+        .add_service(admit);
     let grpc_task = match args.grpc_addr.strip_prefix("unix:") {
         Some(path) => {
             let _ = std::fs::remove_file(path);

@@ -4,3 +4,4 @@
 pub mod api;
 pub mod credit;
 pub mod engine;
+pub mod lease;

@@ -2,49 +2,11 @@
 
 use crate::replica::ReplicaError;
 use crate::state::{AdminError, Emergency, EmergencyMode};
-use leasehold_common::lease::Lease;
+pub use leasehold_agent::lease::wire::{lease_from_pb, lease_to_pb};
 use leasehold_common::ledger::{DenyReason, LedgerError};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::LEADER_METADATA_KEY;
 use tonic::{Code, Status};
-
-pub fn lease_to_pb(l: &Lease) -> pb::Lease {
-    pb::Lease {
-        lease_id: l.lease_id,
-        grantor_id: l.grantor_id.clone(),
-        policy_id: l.policy_id.clone(),
-        policy_version: l.policy_version,
-        key: l.key.clone(),
-        holder_id: l.holder_id.clone(),
-        credit: l.credit,
-        epoch: l.epoch,
-        issued_at_ns: l.issued_at_ns,
-        ttl_ms: l.ttl_ms,
-        generation: l.generation,
-        parent_lease_id: l.parent_lease_id,
-        key_id: l.key_id.clone(),
-        signature: l.signature.clone(),
-    }
-}
-
-pub fn lease_from_pb(l: &pb::Lease) -> Lease {
-    Lease {
-        lease_id: l.lease_id,
-        grantor_id: l.grantor_id.clone(),
-        policy_id: l.policy_id.clone(),
-        policy_version: l.policy_version,
-        key: l.key.clone(),
-        holder_id: l.holder_id.clone(),
-        credit: l.credit,
-        epoch: l.epoch,
-        issued_at_ns: l.issued_at_ns,
-        ttl_ms: l.ttl_ms,
-        generation: l.generation,
-        parent_lease_id: l.parent_lease_id,
-        key_id: l.key_id.clone(),
-        signature: l.signature.clone(),
-    }
-}
 
 pub fn deny_to_pb(r: DenyReason) -> pb::DenyReason {
     match r {

@@ -1,0 +1,309 @@
+//! Where a holder gets its leases: a remote allocator cluster or an in-process ledger.
+
+use super::wire::lease_to_pb;
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::PolicyParams;
+use leasehold_common::ledger::{Acquire, Command, DenyReason, Ledger, Outcome, Release, Report};
+use leasehold_common::policy::Policy;
+use leasehold_common::time::Clock;
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::lease_service_client::LeaseServiceClient;
+use leasehold_proto::transport::ChannelFactory;
+use leasehold_proto::LEADER_METADATA_KEY;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum GrantorError {
+    #[error("grantor unreachable: {0}")]
+    Unreachable(String),
+    #[error("refused ({code:?}): {message}")]
+    Refused { code: tonic::Code, message: String },
+}
+
+/// The lease protocol as a holder uses it.
+pub trait Grantor: Send + Sync + 'static {
+    fn acquire(
+        &self,
+        req: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>>;
+    fn report(
+        &self,
+        req: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>>;
+    fn release(
+        &self,
+        req: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>>;
+}
+
+/// An in-process root ledger: the grantor of `--standalone` agents and of tests.
+pub struct LocalGrantor {
+    ledger: Mutex<Ledger>,
+    signer: LeaseSigner,
+    clock: Arc<dyn Clock>,
+}
+
+impl LocalGrantor {
+    pub fn new(ledger: Ledger, signer: LeaseSigner, clock: Arc<dyn Clock>) -> Self {
+        LocalGrantor {
+            ledger: Mutex::new(ledger),
+            signer,
+            clock,
+        }
+    }
+
+    /// Installs the leasable policies (token bucket, GCRA); others are enforced by the
+    /// engine itself and need no grantor.
+    pub fn install(&self, policies: &[Policy]) -> Result<usize, String> {
+        let mut n = 0;
+        for p in policies {
+            if let Ok(params) = PolicyParams::from_policy(p, 1) {
+                self.apply(Command::PutPolicy(params))
+                    .map_err(|e| format!("policy {}: {e}", p.id))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes off expired leases; call periodically.
+    pub fn tick(&self) {
+        let _ = self.apply(Command::Tick);
+    }
+
+    /// Runs `f` on the ledger (for inspection).
+    pub fn with_ledger<R>(&self, f: impl FnOnce(&Ledger) -> R) -> R {
+        f(&self.ledger.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn apply(&self, cmd: Command) -> Result<Outcome, leasehold_common::ledger::LedgerError> {
+        let now = self.clock.now();
+        self.ledger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(now, cmd)
+    }
+
+    fn signed(&self, mut lease: leasehold_common::lease::Lease) -> pb::Lease {
+        self.signer.sign(&mut lease);
+        lease_to_pb(&lease)
+    }
+}
+
+fn refused(e: impl std::fmt::Display) -> GrantorError {
+    GrantorError::Refused {
+        code: tonic::Code::FailedPrecondition,
+        message: e.to_string(),
+    }
+}
+
+fn deny(r: DenyReason) -> pb::DenyReason {
+    match r {
+        DenyReason::FairShare => pb::DenyReason::FairShare,
+        DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
+        DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
+    }
+}
+
+impl Grantor for LocalGrantor {
+    fn acquire(
+        &self,
+        r: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
+        let cmd = Command::Acquire(Acquire {
+            holder_id: r.holder_id,
+            policy_id: r.policy_id,
+            key: r.key,
+            want_credit: r.want_credit,
+            demand_milli_per_sec: r.demand_milli_units_per_sec,
+            request_id: r.request_id,
+            priority: r.priority,
+        });
+        let out = match self.apply(cmd) {
+            Ok(Outcome::Granted(g)) => Ok(pb::AcquireResponse {
+                lease: Some(self.signed(g.lease)),
+                ..Default::default()
+            }),
+            Ok(Outcome::Denied {
+                reason,
+                retry_after_ns,
+            }) => Ok(pb::AcquireResponse {
+                retry_after_ms: retry_after_ns.div_ceil(1_000_000),
+                deny_reason: deny(reason) as i32,
+                ..Default::default()
+            }),
+            Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(refused(e)),
+        };
+        Box::pin(std::future::ready(out))
+    }
+
+    fn report(
+        &self,
+        r: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
+        let cmd = Command::Report(Report {
+            holder_id: r.holder_id,
+            lease_id: r.lease_id,
+            used: r.used,
+            return_credit: r.return_credit,
+            want_credit: r.want_credit,
+            demand_milli_per_sec: r.demand_milli_units_per_sec,
+            request_id: r.request_id,
+            priority: 0,
+        });
+        let out = match self.apply(cmd) {
+            Ok(Outcome::Granted(g)) => {
+                let g = *g;
+                Ok(pb::ReportResponse {
+                    lease: Some(self.signed(g.lease)),
+                    replacement: g.replacement.map(|l| self.signed(l)),
+                    ..Default::default()
+                })
+            }
+            Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(refused(e)),
+        };
+        Box::pin(std::future::ready(out))
+    }
+
+    fn release(
+        &self,
+        r: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
+        let cmd = Command::Release(Release {
+            holder_id: r.holder_id,
+            lease_id: r.lease_id,
+            final_used: r.final_used,
+            request_id: r.request_id,
+        });
+        let out = match self.apply(cmd) {
+            Ok(Outcome::Released {
+                reclaimed,
+                stranded,
+            }) => Ok(pb::ReleaseResponse {
+                reclaimed,
+                stranded,
+            }),
+            Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(refused(e)),
+        };
+        Box::pin(std::future::ready(out))
+    }
+}
+
+/// An allocator cluster over gRPC: any node's address will do; a follower's pointer to the
+/// leader is followed, and a node that cannot be reached is skipped for the next one.
+pub struct RemoteGrantor {
+    channels: ChannelFactory,
+    addrs: Mutex<Vec<String>>,
+    retries_max: usize,
+}
+
+impl RemoteGrantor {
+    pub fn new(channels: ChannelFactory, addrs: Vec<String>, retries_max: usize) -> Self {
+        RemoteGrantor {
+            channels,
+            addrs: Mutex::new(addrs),
+            retries_max: retries_max.max(1),
+        }
+    }
+
+    fn first(&self) -> Option<String> {
+        self.addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first()
+            .cloned()
+    }
+
+    /// Moves `addr` to the front (a leader) or the back (unreachable).
+    fn prefer(&self, addr: &str, front: bool) {
+        let mut a = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        a.retain(|x| x != addr);
+        if front {
+            a.insert(0, addr.to_string());
+        } else {
+            a.push(addr.to_string());
+        }
+    }
+
+    async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, GrantorError>
+    where
+        F: FnMut(LeaseServiceClient<tonic::transport::Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = GrantorError::Unreachable("no allocator address".into());
+        for _ in 0..self.retries_max {
+            let Some(addr) = self.first() else { break };
+            let channel = self
+                .channels
+                .channel(&addr)
+                .map_err(|e| GrantorError::Unreachable(e.to_string()))?;
+            match f(LeaseServiceClient::new(channel)).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if s.code() == tonic::Code::Unavailable => {
+                    match s
+                        .metadata()
+                        .get(LEADER_METADATA_KEY)
+                        .and_then(|v| v.to_str().ok())
+                    {
+                        Some(leader) if !leader.is_empty() && leader != addr => {
+                            self.prefer(leader, true)
+                        }
+                        _ => self.prefer(&addr, false),
+                    }
+                    last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
+                }
+                Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
+                    self.prefer(&addr, false);
+                    last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
+                }
+                Err(s) => {
+                    return Err(GrantorError::Refused {
+                        code: s.code(),
+                        message: s.message().to_string(),
+                    })
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Grantor for RemoteGrantor {
+    fn acquire(
+        &self,
+        r: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.acquire(r).await }
+        }))
+    }
+
+    fn report(
+        &self,
+        r: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.report(r).await }
+        }))
+    }
+
+    fn release(
+        &self,
+        r: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.release(r).await }
+        }))
+    }
+}

@@ -2,17 +2,22 @@
 //!
 //! Serves Envoy's rate-limit service over gRPC and admission over HTTP, on TCP or Unix
 //! sockets. `--standalone --ratelimit-config limits.yaml` is a drop-in for
-//! envoyproxy/ratelimit on one host: its rules are enforced in this process.
+//! envoyproxy/ratelimit on one host: its rules are enforced in this process. With
+//! `--allocator ADDR`, leased policies draw credit from an allocator cluster.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
 use leasehold_agent::engine::{Engine, RuleSource};
+use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, TlsPaths};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,12 +40,82 @@ struct Args {
     /// Leasehold policy YAML files.
     #[arg(long = "policy")]
     policies: Vec<PathBuf>,
-    /// Run with no allocator: every rule is enforced in this process.
+    /// Run with no allocator: leased policies are granted by a ledger in this process.
     #[arg(long)]
     standalone: bool,
+    /// Allocator addresses (`host:port`, repeatable) to lease credit from.
+    #[arg(long = "allocator")]
+    allocators: Vec<String>,
+    /// This agent's holder id (its certificate's name under mutual TLS).
+    #[arg(long, default_value = "agent")]
+    holder_id: String,
+    /// CA, certificate and key (PEM) for mutual TLS to the allocators.
+    #[arg(long, requires_all = ["cert", "key"])]
+    ca: Option<PathBuf>,
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Talk to the allocators in plaintext: only for a cluster started with --insecure.
+    #[arg(long)]
+    insecure: bool,
     /// Add x-ratelimit-* headers to Envoy responses.
     #[arg(long)]
     response_headers: bool,
+}
+
+/// The in-process ledger of a standalone agent, or the allocator cluster.
+fn grantor(args: &Args) -> Result<Arc<dyn Grantor>> {
+    if args.standalone {
+        let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let local = Arc::new(LocalGrantor::new(
+            Ledger::new(LedgerConfig::root("standalone")),
+            signer,
+            Arc::new(SystemClock::new()),
+        ));
+        let mut policies = Vec::new();
+        for p in &args.policies {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            policies.push(
+                Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+            );
+        }
+        local.install(&policies).map_err(anyhow::Error::msg)?;
+        let ticking = Arc::clone(&local);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                ticking.tick();
+            }
+        });
+        return Ok(local);
+    }
+    let transport = match (&args.ca, &args.cert, &args.key, args.insecure) {
+        (_, _, _, true) => ClientTransport::Plaintext,
+        (Some(ca), Some(cert), Some(key), false) => {
+            let pem = TlsPaths {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            }
+            .load()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            ClientTransport::MutualTls {
+                pem,
+                server_name: None,
+            }
+        }
+        _ => bail!("give --ca, --cert and --key for mutual TLS to the allocators, or --insecure"),
+    };
+    let channels = ChannelFactory::new(ChannelSettings::default(), transport)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Arc::new(RemoteGrantor::new(
+        channels,
+        args.allocators.clone(),
+        3,
+    )))
 }
 
 fn load_rules(args: &Args) -> Result<(RuleSource, EnvoyConfig)> {
@@ -84,9 +159,8 @@ async fn main() -> Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    if !args.standalone {
-        // Leased policies need the lease manager, which this build does not start yet.
-        bail!("only --standalone is supported by this build: rules are enforced in this process");
+    if !args.standalone && args.allocators.is_empty() {
+        bail!("give --allocator ADDR (repeatable) to lease from a cluster, or --standalone");
     }
     let (rules, envoy) = load_rules(&args)?;
     let clock = SystemClock::new();
@@ -97,6 +171,15 @@ async fn main() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let queue = engine.take_acquire_queue().context("acquire queue")?;
+    let grantor = grantor(&args)?;
+    let manager = LeaseManager::new(
+        ManagerConfig::new(args.holder_id.clone()),
+        grantor,
+        clock.clone(),
+        queue,
+    );
+    let manager_task = tokio::spawn(manager.run(rx.clone()));
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
@@ -162,5 +245,11 @@ async fn main() -> Result<()> {
     let _ = tx.send(true);
     let _ = grpc_task.await;
     let _ = http_task.await;
+    let settled = manager_task.await.context("lease manager")?;
+    tracing::info!(
+        releases = settled.releases,
+        reclaimed = settled.reclaimed,
+        "leases released"
+    );
     Ok(())
 }

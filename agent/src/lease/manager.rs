@@ -185,17 +185,20 @@ impl LeaseManager {
                 lease: Some(lease), ..
             }) => self.start(req, lease, sent_at),
             Ok(denied) => {
+                tracing::debug!(policy = %req.policy_id, key = %req.key, reason = denied.deny_reason, "lease denied for now");
                 self.counters.denials += 1;
                 req.slot.set_state(SlotState::Denied);
                 let wait = denied.retry_after_ms.max(self.cfg.retry_ms) * NS_PER_MS;
                 self.waiting.push((req, sent_at.saturating_add_ns(wait)));
             }
-            Err(GrantorError::Unreachable(_)) => {
+            Err(GrantorError::Unreachable(why)) => {
+                tracing::warn!(policy = %req.policy_id, key = %req.key, %why, "grantor unreachable");
                 self.counters.unreachable += 1;
                 req.slot.set_state(SlotState::Unreachable);
                 self.waiting.push((req, retry_at));
             }
-            Err(GrantorError::Refused { .. }) => {
+            Err(GrantorError::Refused { code, message }) => {
+                tracing::warn!(policy = %req.policy_id, key = %req.key, ?code, %message, "lease refused");
                 self.counters.denials += 1;
                 req.slot.set_state(SlotState::Denied);
                 self.waiting.push((req, retry_at));

@@ -16,6 +16,10 @@ pub fn holder_caller<T>(
     req: &Request<T>,
     holder_id: &str,
 ) -> Result<PeerIdentity, Status> {
+    // Without certificates there is no identity to hold anyone to: development only.
+    if let AuthMode::Insecure { assumed } = auth {
+        return Ok(assumed.clone());
+    }
     let caller = auth.authorize(req, &[Role::Agent, Role::Allocator])?;
     match caller.role {
         Role::Allocator if holder_id.starts_with(ALLOCATOR_HOLDER_PREFIX) => Ok(caller),

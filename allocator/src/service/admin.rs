@@ -10,18 +10,12 @@ use super::convert::{
 use super::watch::policy_info;
 use crate::replica::Replica;
 use crate::state::{admin_prepare, AllocatorState, StateCommand, StateOutput};
-use leasehold_common::policy::diff;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminService;
 use leasehold_proto::transport::AuthMode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tonic::{Request, Response, Status};
-
-/// Audit entries sent per poll of a followed tail, and the poll interval.
-const AUDIT_BATCH_MAX: usize = 256;
-const AUDIT_POLL_MS: u64 = 200;
 
 pub struct AdminServer<R> {
     replica: R,
@@ -200,42 +194,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
             Some(admin_prepare(&r.yaml, false).map_err(|e| admin_status(&e))?)
         };
         let out = self
-            .read(move |s| -> Result<pb::DiffPolicyResponse, Status> {
-                let cur = s
-                    .policies()
-                    .get(&r.policy_id)
-                    .ok_or_else(|| Status::not_found(format!("no policy '{}'", r.policy_id)))?;
-                let from_v = if r.from_version == 0 {
-                    cur.version
-                } else {
-                    r.from_version
-                };
-                let from = s
-                    .policies()
-                    .get_version(&r.policy_id, from_v)
-                    .map_err(|e| Status::not_found(e.to_string()))?;
-                let (to_v, changes) = match &candidate {
-                    Some(p) => (0, diff(&from.policy, p)),
-                    None => {
-                        let to_v = if r.to_version == 0 {
-                            cur.version
-                        } else {
-                            r.to_version
-                        };
-                        let to = s
-                            .policies()
-                            .get_version(&r.policy_id, to_v)
-                            .map_err(|e| Status::not_found(e.to_string()))?;
-                        (to_v, diff(&from.policy, &to.policy))
-                    }
-                };
-                let text: Vec<String> = changes.iter().map(ToString::to_string).collect();
-                Ok(pb::DiffPolicyResponse {
-                    from_version: from_v,
-                    to_version: to_v,
-                    diff: text.join("\n"),
-                })
-            })
+            .read(move |s| super::views::diff_view(s, &r, candidate.as_ref()))
             .await??;
         Ok(Response::new(out))
     }
@@ -373,19 +332,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
             })
             .await?
             .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
-        let total: u128 = weights.values().map(|w| u128::from(*w)).sum();
-        let children = weights
-            .iter()
-            .map(|(name, w)| pb::BudgetNode {
-                level: "holder".into(),
-                name: name.clone(),
-                weight: u32::try_from(*w).unwrap_or(u32::MAX),
-                rate_milli_per_sec: u64::try_from(rate_milli * u128::from(*w) / total.max(1))
-                    .unwrap_or(u64::MAX),
-                reserve_ppm: r.reserve_ppm,
-                ..Default::default()
-            })
-            .collect();
+        let children = super::views::split_children(&weights, rate_milli, r.reserve_ppm);
         Ok(Response::new(pb::SplitBudgetResponse {
             policy_version: version,
             diff: String::new(),
@@ -561,71 +508,9 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
         // Fails the call itself (not the stream) on a follower, so clients can follow the
         // leader hint before any entry is sent.
         self.read(|_| ()).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let replica = self.replica.clone();
-        tokio::spawn(async move {
-            let limit = if r.limit == 0 { 20 } else { r.limit as usize };
-            let mut after = r.after_seq;
-            let mut first = true;
-            loop {
-                let (rr, tail) = (r.clone(), first);
-                let batch = replica
-                    .read(move |s| {
-                        let matching: Vec<pb::AuditEntry> = s
-                            .audit()
-                            .filter(|e| e.seq > after)
-                            .filter(|e| rr.actor.is_empty() || e.actor == rr.actor)
-                            .filter(|e| {
-                                rr.target_prefix.is_empty()
-                                    || e.target.starts_with(&rr.target_prefix)
-                            })
-                            .map(|e| pb::AuditEntry {
-                                seq: e.seq,
-                                at_ms: e.at_ns / 1_000_000,
-                                actor: e.actor.clone(),
-                                action: e.action.clone(),
-                                target: e.target.clone(),
-                                before: e.before.clone(),
-                                after: e.after.clone(),
-                                content_type: "text/plain".into(),
-                                reason: e.reason.clone(),
-                            })
-                            .collect();
-                        // The first batch is the newest `limit` entries; later ones everything new.
-                        let skip = if tail {
-                            matching.len().saturating_sub(limit)
-                        } else {
-                            0
-                        };
-                        matching
-                            .into_iter()
-                            .skip(skip)
-                            .take(AUDIT_BATCH_MAX)
-                            .collect::<Vec<_>>()
-                    })
-                    .await;
-                let batch = match batch {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = tx.send(Err(replica_status(e))).await;
-                        return;
-                    }
-                };
-                first = false;
-                for e in batch {
-                    after = e.seq;
-                    if tx.send(Ok(e)).await.is_err() {
-                        return;
-                    }
-                }
-                if !r.follow || tx.is_closed() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(AUDIT_POLL_MS)).await;
-            }
-        });
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-            rx,
+        Ok(Response::new(super::audit_stream::tail(
+            self.replica.clone(),
+            r,
         )))
     }
 }

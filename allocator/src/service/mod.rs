@@ -2,6 +2,7 @@
 //! holders and the admin service for operators.
 
 pub mod admin;
+mod audit_stream;
 pub mod auth;
 pub mod budget;
 pub mod cluster;
@@ -9,6 +10,7 @@ pub mod cluster_raft;
 pub mod convert;
 pub mod lease;
 pub mod ticker;
+mod views;
 pub mod watch;
 
 pub use admin::AdminServer;

@@ -78,6 +78,13 @@ impl Rate {
         self.period_ns.div_ceil(self.units)
     }
 
+    /// Thousandths of a unit per second, rounded down (the unit admin APIs use).
+    pub fn milli_per_sec(&self) -> u64 {
+        let milli =
+            u128::from(self.units) * 1_000 * u128::from(NANOS_PER_SEC) / u128::from(self.period_ns);
+        u64::try_from(milli).unwrap_or(u64::MAX)
+    }
+
     /// Approximate units per second, for display and metrics only.
     pub fn per_second_f64(&self) -> f64 {
         self.units as f64 * NANOS_PER_SEC as f64 / self.period_ns as f64
@@ -108,6 +115,15 @@ mod tests {
         let ns = r.ns_until(1, 0);
         assert_eq!(r.produce(ns, 0).0, 1);
         assert_eq!(r.produce(ns - 1, 0).0, 0);
+    }
+
+    #[test]
+    fn milli_rate_is_exact() {
+        assert_eq!(Rate::per_second(100).unwrap().milli_per_sec(), 100_000);
+        assert_eq!(
+            Rate::new(1, 2 * NANOS_PER_SEC).unwrap().milli_per_sec(),
+            500
+        );
     }
 
     #[test]

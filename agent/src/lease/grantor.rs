@@ -1,9 +1,9 @@
 //! Where a holder gets its leases: a remote allocator cluster or an in-process ledger.
 
-use super::wire::lease_to_pb;
+use super::wire::{deny_to_pb, lease_to_pb};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::PolicyParams;
-use leasehold_common::ledger::{Acquire, Command, DenyReason, Ledger, Outcome, Release, Report};
+use leasehold_common::ledger::{Acquire, Command, Ledger, Outcome, Release, Report};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
 use leasehold_proto::leasehold::v1 as pb;
@@ -102,14 +102,6 @@ fn refused(e: impl std::fmt::Display) -> GrantorError {
     }
 }
 
-fn deny(r: DenyReason) -> pb::DenyReason {
-    match r {
-        DenyReason::FairShare => pb::DenyReason::FairShare,
-        DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
-        DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
-    }
-}
-
 impl Grantor for LocalGrantor {
     fn acquire(
         &self,
@@ -134,7 +126,7 @@ impl Grantor for LocalGrantor {
                 retry_after_ns,
             }) => Ok(pb::AcquireResponse {
                 retry_after_ms: retry_after_ns.div_ceil(1_000_000),
-                deny_reason: deny(reason) as i32,
+                deny_reason: deny_to_pb(reason) as i32,
                 ..Default::default()
             }),
             Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),

@@ -1,6 +1,7 @@
 //! Leases between their ledger form and their wire form.
 
 use leasehold_common::lease::Lease;
+use leasehold_common::ledger::DenyReason;
 use leasehold_proto::leasehold::v1 as pb;
 
 pub fn lease_to_pb(l: &Lease) -> pb::Lease {
@@ -38,5 +39,14 @@ pub fn lease_from_pb(l: &pb::Lease) -> Lease {
         parent_lease_id: l.parent_lease_id,
         key_id: l.key_id.clone(),
         signature: l.signature.clone(),
+    }
+}
+
+/// Why the ledger granted nothing, as the lease protocol says it.
+pub fn deny_to_pb(r: DenyReason) -> pb::DenyReason {
+    match r {
+        DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
+        DenyReason::FairShare => pb::DenyReason::FairShare,
+        DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
     }
 }

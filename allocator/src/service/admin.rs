@@ -322,13 +322,9 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
         let id = r.policy_id.clone();
         let (rate_milli, version) = self
             .read(move |s| {
-                s.ledger().policy(&id).map(|p| {
-                    (
-                        u128::from(p.rate.units()) * 1_000_000_000_000
-                            / u128::from(p.rate.period_ns()),
-                        p.version,
-                    )
-                })
+                s.ledger()
+                    .policy(&id)
+                    .map(|p| (u128::from(p.rate.milli_per_sec()), p.version))
             })
             .await?
             .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;

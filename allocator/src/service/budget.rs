@@ -18,10 +18,7 @@ fn ppm(part: u64, whole: u64) -> u32 {
 pub fn budget_tree(state: &AllocatorState, policy_id: &str, key: &str) -> Option<pb::BudgetNode> {
     let ledger = state.ledger();
     let params = ledger.policy(policy_id)?;
-    let rate_milli = u64::try_from(
-        u128::from(params.rate.units()) * 1_000_000_000_000 / u128::from(params.rate.period_ns()),
-    )
-    .unwrap_or(u64::MAX);
+    let rate_milli = params.rate.milli_per_sec();
     let level = match ledger.config().role {
         Role::Root => "global",
         Role::Delegated => "delegated",
@@ -103,8 +100,7 @@ pub fn rebalance(
         .iter()
         .map(|(h, d)| (h.clone(), (*d).max(1)))
         .collect();
-    let rate_milli =
-        u128::from(params.rate.units()) * 1_000_000_000_000 / u128::from(params.rate.period_ns());
+    let rate_milli = u128::from(params.rate.milli_per_sec());
     let share = |weights: &BTreeMap<String, u64>, h: &str| {
         let total: u128 = demand
             .keys()

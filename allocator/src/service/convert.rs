@@ -2,19 +2,11 @@
 
 use crate::replica::ReplicaError;
 use crate::state::{AdminError, Emergency, EmergencyMode};
-pub use leasehold_agent::lease::wire::{lease_from_pb, lease_to_pb};
-use leasehold_common::ledger::{DenyReason, LedgerError};
+pub use leasehold_agent::lease::wire::{deny_to_pb, lease_from_pb, lease_to_pb};
+use leasehold_common::ledger::LedgerError;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::LEADER_METADATA_KEY;
 use tonic::{Code, Status};
-
-pub fn deny_to_pb(r: DenyReason) -> pb::DenyReason {
-    match r {
-        DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
-        DenyReason::FairShare => pb::DenyReason::FairShare,
-        DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
-    }
-}
 
 pub fn emergency_to_pb(e: &Emergency) -> pb::EmergencySwitch {
     pb::EmergencySwitch {

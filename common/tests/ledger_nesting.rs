@@ -217,6 +217,7 @@ impl World {
             upstream_lease_id: lease.lease_id,
             credit: lease.credit,
             deadline: Nanos(deadline),
+            generation: lease.generation,
         });
         self.region.apply(Nanos(self.now), cmd).unwrap();
     }

@@ -53,6 +53,13 @@ pub struct UpstreamSupply {
     pub on_lease: u64,
     /// Stop sub-leasing at this time; sub-leases expire no later.
     pub deadline: Nanos,
+    /// Generation of the upstream lease version `deadline` was measured for.
+    #[serde(default)]
+    pub generation: u64,
+    /// Idle credit given back on this upstream lease so far: the cumulative `return_credit`
+    /// of its reports.
+    #[serde(default)]
+    pub returned: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

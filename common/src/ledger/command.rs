@@ -61,6 +61,9 @@ pub struct UpstreamLease {
     /// When this ledger must stop sub-leasing it, on this ledger's timeline (the holder-side
     /// deadline of the upstream lease, already shortened for drift).
     pub deadline: Nanos,
+    /// Generation of the upstream lease version; `deadline` is taken only from a newer one.
+    #[serde(default)]
+    pub generation: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -266,6 +266,8 @@ impl Ledger {
                     consumed: 0,
                     on_lease: 0,
                     deadline: Nanos::ZERO,
+                    generation: 0,
+                    returned: 0,
                 }),
             };
             let acct = Account::new(params.policy_id.clone(), params.version, supply);

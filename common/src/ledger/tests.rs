@@ -226,6 +226,7 @@ fn delegated_ledger_subleases_only_upstream_credit() {
         upstream_lease_id: 77,
         credit: 200,
         deadline: Nanos(3 * SEC),
+        generation: 1,
     };
     l.apply(Nanos(0), Command::UpstreamGranted(up)).unwrap();
     let g = granted(l.apply(Nanos(SEC), acquire("a", 500, 2)).unwrap());
@@ -238,6 +239,44 @@ fn delegated_ledger_subleases_only_upstream_credit() {
     let pos = l.upstream_position("k").unwrap();
     assert_eq!((pos.idle, pos.on_lease, pos.used), (20, 180, 0));
     assert_eq!(pos.final_used(), None, "sub-leases out: cannot release yet");
+    assert!(l.conserved());
+}
+
+#[test]
+fn a_replayed_upstream_version_never_extends_its_deadline() {
+    let mut l = Ledger::new(LedgerConfig::delegated("region"));
+    l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();
+    let up = |credit, deadline, generation| {
+        Command::UpstreamGranted(UpstreamLease {
+            policy_id: "p".into(),
+            key: "k".into(),
+            upstream_lease_id: 9,
+            credit,
+            deadline: Nanos(deadline),
+            generation,
+        })
+    };
+    l.apply(Nanos(0), up(100, 3 * SEC, 1)).unwrap();
+    l.apply(Nanos(SEC), up(100, 4 * SEC, 1)).unwrap();
+    let pos = l.upstream_position("k").unwrap();
+    assert_eq!((pos.deadline, pos.generation), (Nanos(3 * SEC), 1));
+    l.apply(Nanos(SEC), up(150, 5 * SEC, 2)).unwrap();
+    let ret = Command::UpstreamReturn {
+        key: "k".into(),
+        units: 30,
+    };
+    l.apply(Nanos(SEC), ret).unwrap();
+    let pos = l.upstream_position("k").unwrap();
+    assert_eq!((pos.deadline, pos.generation), (Nanos(5 * SEC), 2));
+    assert_eq!((pos.credit, pos.idle, pos.returned), (120, 120, 30));
+    let closed = Command::UpstreamClosed {
+        key: "k".into(),
+        released: true,
+    };
+    l.apply(Nanos(SEC), closed).unwrap();
+    l.apply(Nanos(SEC), up(50, 6 * SEC, 1)).unwrap();
+    let pos = l.upstream_position("k").unwrap();
+    assert_eq!((pos.generation, pos.returned, pos.idle), (1, 0, 50));
     assert!(l.conserved());
 }
 

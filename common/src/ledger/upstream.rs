@@ -45,13 +45,19 @@ impl Ledger {
         if fresh {
             sup.consumed = 0;
             sup.on_lease = 0;
+            sup.returned = 0;
+            sup.generation = 0;
         }
         sup.lease_id = Some(u.upstream_lease_id);
         sup.credit_known = u.credit;
         sup.idle += added;
         // A newer version is measured from a later send, so its deadline is not earlier;
-        // taking the newest as given keeps every later sub-lease inside it.
-        sup.deadline = u.deadline;
+        // taking the newest as given keeps every later sub-lease inside it. The same version
+        // seen again (a replayed answer) keeps the deadline measured from its first send.
+        if fresh || u.generation > sup.generation {
+            sup.deadline = u.deadline;
+            sup.generation = u.generation;
+        }
         acct.stats.received += added;
         Ok(Outcome::Done)
     }
@@ -74,6 +80,7 @@ impl Ledger {
         }
         sup.idle -= units;
         sup.credit_known -= units;
+        sup.returned += units;
         acct.stats.returned_upstream += units;
         Ok(Outcome::Done)
     }
@@ -99,6 +106,8 @@ impl Ledger {
         sup.credit_known = 0;
         sup.consumed = 0;
         sup.on_lease = 0;
+        sup.returned = 0;
+        sup.generation = 0;
         Ok(Outcome::Done)
     }
 
@@ -111,6 +120,9 @@ impl Ledger {
                 idle: u.idle,
                 on_lease: u.on_lease,
                 used: u.consumed,
+                returned: u.returned,
+                generation: u.generation,
+                deadline: u.deadline,
             }),
             Supply::Bucket(_) => None,
         }
@@ -137,6 +149,12 @@ pub struct UpstreamPosition {
     pub on_lease: u64,
     /// Usage to report upstream: spent or written off by sub-holders. Never decreases.
     pub used: u64,
+    /// Idle credit given back on this upstream lease so far (cumulative `return_credit`).
+    pub returned: u64,
+    /// Generation of the newest upstream lease version applied.
+    pub generation: u64,
+    /// When sub-leasing of this upstream lease stops, on this ledger's timeline.
+    pub deadline: Nanos,
 }
 
 impl UpstreamPosition {

@@ -99,7 +99,13 @@ impl Region {
         });
         if let Ok(Outcome::Granted(g)) = root.apply(now, cmd) {
             let deadline_ns = now.0 + g.lease.ttl_ms * 1_000_000;
-            self.publish(now, g.lease.lease_id, g.lease.credit, deadline_ns);
+            self.publish(
+                now,
+                g.lease.lease_id,
+                g.lease.credit,
+                deadline_ns,
+                g.lease.generation,
+            );
             self.upstream = Some(Upstream {
                 lease_id: g.lease.lease_id,
                 returned: 0,
@@ -151,17 +157,25 @@ impl Region {
             up.generation = g.lease.generation;
             up.deadline_ns = now.0 + g.lease.ttl_ms * 1_000_000;
         }
-        let (lease_id, deadline_ns) = (up.lease_id, up.deadline_ns);
-        self.publish(now, lease_id, g.lease.credit, deadline_ns);
+        let (lease_id, deadline_ns, generation) = (up.lease_id, up.deadline_ns, up.generation);
+        self.publish(now, lease_id, g.lease.credit, deadline_ns, generation);
     }
 
-    fn publish(&mut self, now: Nanos, lease_id: u64, credit: u64, deadline_ns: u64) {
+    fn publish(
+        &mut self,
+        now: Nanos,
+        lease_id: u64,
+        credit: u64,
+        deadline_ns: u64,
+        generation: u64,
+    ) {
         let cmd = Command::UpstreamGranted(UpstreamLease {
             policy_id: POLICY_ID.into(),
             key: KEY.into(),
             upstream_lease_id: lease_id,
             credit,
             deadline: Nanos(deadline_ns),
+            generation,
         });
         self.ledger.apply(now, cmd).expect("upstream lease is ours");
     }

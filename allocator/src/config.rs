@@ -4,6 +4,7 @@
 //! delegated (region or cell) allocator that leases its credit from them; a node without is
 //! the root.
 
+use leasehold_common::lease::LeaseVerifier;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -185,9 +186,37 @@ impl AllocatorConfig {
         if self.tick_ms == 0 {
             return Err(invalid("tick_ms", "must be positive"));
         }
-        Ok(())
+        if self.upstream.len() > UPSTREAM_ADDRS_MAX
+            || self.upstream.iter().any(|a| a.trim().is_empty())
+        {
+            return Err(invalid(
+                "upstream",
+                format!("1-{UPSTREAM_ADDRS_MAX} non-empty `host:port` addresses"),
+            ));
+        }
+        self.upstream_verifier().map(|_| ())
+    }
+
+    /// The keys upstream leases must be signed with; `None` when none are configured (the
+    /// upstream is then trusted through its TLS certificate alone).
+    pub fn upstream_verifier(&self) -> Result<Option<LeaseVerifier>, ConfigError> {
+        if self.trusted_upstream_keys.is_empty() {
+            return Ok(None);
+        }
+        let mut v = LeaseVerifier::new();
+        for (i, text) in self.trusted_upstream_keys.iter().enumerate() {
+            let bytes = hex::decode(text.trim()).map_err(|e| {
+                invalid("trusted_upstream_keys", format!("entry {i}: not hex ({e})"))
+            })?;
+            v.trust(&bytes)
+                .map_err(|e| invalid("trusted_upstream_keys", format!("entry {i}: {e}")))?;
+        }
+        Ok(Some(v))
     }
 }
+
+/// Upstream addresses a delegated node accepts.
+pub const UPSTREAM_ADDRS_MAX: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -11,3 +11,4 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod storage;
+pub mod upstream;

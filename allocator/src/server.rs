@@ -10,12 +10,16 @@ use crate::service::cluster_raft::RaftCluster;
 use crate::service::ticker::run_ticker;
 use crate::service::{AdminServer, LeaseServer, WatchSettings};
 use crate::state::AllocatorState;
+use crate::upstream::mirror::{run_mirror, MirrorConfig};
+use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
+use leasehold_agent::lease::RemoteGrantor;
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
-    ensure_crypto_provider, server_tls_config, AuthMode, PeerIdentity, Role, TlsPaths,
+    ensure_crypto_provider, server_tls_config, AuthMode, ChannelFactory, ChannelSettings,
+    ClientTransport, PeerIdentity, Role, TlsPaths,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -118,20 +122,20 @@ pub async fn run(
     cfg: AllocatorConfig,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
-    if !cfg.is_root() {
-        return Err(ServerError::Config(
-            "`upstream` is set, but this build cannot yet lease from an upstream cluster; run region and cell allocators once delegation is available".into(),
-        ));
-    }
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
     let signer = Arc::new(signing_key(&cfg.signing_key)?);
+    tracing::info!(
+        key_id = signer.key_id(),
+        public_key = hex::encode(signer.public_key()),
+        "lease signing key (list the public key in a delegated cluster's trusted_upstream_keys)"
+    );
     let (transport, auth) = security(&cfg)?;
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
     let cluster = Arc::new(RaftCluster {
         node: late.clone(),
         cluster_id: cfg.cluster.clone(),
-        level: "global".into(),
+        level: if cfg.is_root() { "global" } else { "delegated" }.into(),
     });
     let lease = LeaseServer::new(
         late.clone(),
@@ -162,7 +166,12 @@ pub async fn run(
             let _ = s.wait_for(|v| *v).await;
         }
     };
-    let initial = AllocatorState::new(LedgerConfig::root(cfg.cluster.clone()));
+    let ledger = if cfg.is_root() {
+        LedgerConfig::root(cfg.cluster.clone())
+    } else {
+        LedgerConfig::delegated(cfg.cluster.clone())
+    };
+    let initial = AllocatorState::new(ledger);
     let node = RaftNode::start_with(node_config(&cfg), hooks, initial, listener, stop)
         .await
         .map_err(|e| ServerError::Node(e.to_string()))?;
@@ -204,6 +213,9 @@ pub async fn run(
         }
     };
     tokio::spawn(run_ticker(node.clone(), cfg.tick_ms, tick_stop));
+    if !cfg.is_root() {
+        start_upstream(&cfg, node.clone(), &shutdown)?;
+    }
     tracing::info!(node_id = cfg.node_id, grpc = %cfg.grpc_addr, http = %cfg.http_addr, "allocator started");
     loop {
         tokio::select! {
@@ -219,6 +231,61 @@ pub async fn run(
     }
     node.shutdown().await;
     tracing::info!(node_id = cfg.node_id, "allocator stopped");
+    Ok(())
+}
+
+/// A delegated node's link to its upstream cluster: the lease driver and the watch mirror,
+/// both acting only while this node leads.
+fn start_upstream(
+    cfg: &AllocatorConfig,
+    node: RaftNode<AllocatorState>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    let transport = match &cfg.tls {
+        None => ClientTransport::Plaintext,
+        Some(files) => ClientTransport::MutualTls {
+            pem: TlsPaths {
+                ca: files.ca.clone(),
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            }
+            .load()
+            .map_err(|e| ServerError::Config(e.to_string()))?,
+            server_name: None,
+        },
+    };
+    let channels = || {
+        ChannelFactory::new(ChannelSettings::default(), transport.clone())
+            .map_err(|e| ServerError::Config(format!("upstream: {e}")))
+    };
+    let verifier = cfg
+        .upstream_verifier()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    if verifier.is_none() {
+        tracing::warn!("no trusted_upstream_keys: upstream leases are trusted on TLS alone");
+    }
+    let up = UpstreamConfig::new(&cfg.cluster);
+    let stop = |mut s: watch::Receiver<bool>| async move {
+        let _ = s.wait_for(|v| *v).await;
+    };
+    let grantor = Arc::new(RemoteGrantor::new(channels()?, cfg.upstream.clone(), 3));
+    tokio::spawn(run_upstream(
+        node.clone(),
+        grantor,
+        verifier,
+        up.clone(),
+        Arc::new(UpstreamCounters::default()),
+        stop(shutdown.clone()),
+    ));
+    let mirror = MirrorConfig {
+        channels: channels()?,
+        addrs: cfg.upstream.clone(),
+        holder_id: up.holder_id,
+        silence_max_ms: 2 * WatchSettings::default().heartbeat_ms,
+        retry_ms: up.retry_ms,
+    };
+    tokio::spawn(run_mirror(node, mirror, stop(shutdown.clone())));
+    tracing::info!(upstream = ?cfg.upstream, "leasing from upstream");
     Ok(())
 }
 

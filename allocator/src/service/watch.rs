@@ -59,10 +59,16 @@ fn pending(
     req: &pb::WatchRequest,
     after_seq: u64,
     max: usize,
+    first: bool,
 ) -> Vec<pb::WatchEvent> {
     let wanted = |policy_id: &str| {
         req.policy_ids.is_empty() || req.policy_ids.iter().any(|p| p == policy_id)
     };
+    // `after_seq` stays 0 while no event exists at all: only the first read starts fresh.
+    // The current state stands for every event up to now, so none of them follows it.
+    if state.needs_catch_up(after_seq) && (first || after_seq > 0) {
+        return current_state(state, req);
+    }
     let mut out = Vec::new();
     for Event { seq, kind } in state.events_after(after_seq) {
         let event = match kind {
@@ -100,6 +106,38 @@ fn pending(
     out
 }
 
+/// The current state of every watched policy and switch, as events at the newest sequence
+/// number: what a fresh or too-far-behind holder sees before the events that follow.
+fn current_state(state: &AllocatorState, req: &pb::WatchRequest) -> Vec<pb::WatchEvent> {
+    let seq = state.next_event_seq() - 1;
+    let wanted = |policy_id: &str| {
+        req.policy_ids.is_empty() || req.policy_ids.iter().any(|p| p == policy_id)
+    };
+    let policies = state
+        .policies()
+        .current()
+        .map(|v| v.policy.id.as_str())
+        .filter(|id| wanted(id))
+        .filter_map(|id| policy_info(state, id, state.effective_version(id)?))
+        .map(|policy| {
+            pb::watch_event::Event::PolicyChanged(pb::PolicyChanged {
+                policy: Some(policy),
+                deleted: false,
+            })
+        });
+    let switches = state
+        .emergencies()
+        .filter(|e| wanted(&e.policy_id))
+        .map(|e| pb::watch_event::Event::Emergency(emergency_to_pb(e)));
+    // The last (possibly empty) event moves the holder's cursor to `seq`.
+    policies
+        .chain(switches)
+        .map(Some)
+        .chain(std::iter::once(None))
+        .map(|event| pb::WatchEvent { seq, event })
+        .collect()
+}
+
 pub fn watch_stream<R: Replica<AllocatorState>>(
     replica: R,
     req: pb::WatchRequest,
@@ -109,9 +147,12 @@ pub fn watch_stream<R: Replica<AllocatorState>>(
     tokio::spawn(async move {
         let mut after = req.after_seq;
         let mut last_sent = Instant::now();
+        let mut first = true;
         loop {
             let (r, batch) = (req.clone(), settings.batch_max);
-            let events = match replica.read(move |s| pending(s, &r, after, batch)).await {
+            let read = replica.read(move |s| pending(s, &r, after, batch, first));
+            first = false;
+            let events = match read.await {
                 Ok(events) => events,
                 Err(e) => {
                     let _ = tx.send(Err(super::convert::replica_status(e))).await;
@@ -146,4 +187,84 @@ pub fn watch_stream<R: Replica<AllocatorState>>(
         }
     });
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::Machine;
+    use crate::state::StateCommand;
+    use leasehold_common::ledger::LedgerConfig;
+    use leasehold_common::time::Nanos;
+
+    fn policy(rate: u64) -> String {
+        format!("id: api\nkey: [tenant]\ndimensions: [{{name: tenant}}]\nrate: {{units: {rate}, per: 1s}}\nburst: 100\n")
+    }
+
+    fn apply(state: &mut AllocatorState, rate: u64) {
+        let cmd = StateCommand::ApplyPolicy {
+            yaml: policy(rate),
+            shadow: false,
+            effective_at_ns: 0,
+            actor: "admin".into(),
+        };
+        assert!(matches!(
+            state.apply(Nanos(1), cmd),
+            crate::state::StateOutput::Policy { changed: true, .. }
+        ));
+    }
+
+    fn req() -> pb::WatchRequest {
+        pb::WatchRequest {
+            holder_id: "gw".into(),
+            ..Default::default()
+        }
+    }
+
+    fn versions(events: &[pb::WatchEvent]) -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Some(pb::watch_event::Event::PolicyChanged(p)) => {
+                    p.policy.as_ref().map(|p| p.version)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_holder_too_far_behind_gets_the_current_state_first() {
+        let mut state = AllocatorState::new(LedgerConfig::root("g"));
+        apply(&mut state, 1);
+        let fresh = pending(&state, &req(), 0, 1_000, true);
+        assert_eq!(
+            versions(&fresh),
+            vec![1],
+            "the current state stands for the event"
+        );
+        // More changes than events are kept: resuming from seq 1 has lost events.
+        for rate in 2..(crate::state::WATCH_EVENTS_MAX as u64 + 10) {
+            apply(&mut state, rate);
+        }
+        let newest = state.policies().get("api").unwrap().version;
+        let behind = pending(&state, &req(), 1, 1, false);
+        assert_eq!(versions(&behind), vec![newest], "{behind:?}");
+        let cursor = behind.last().unwrap().seq;
+        assert_eq!(
+            cursor,
+            state.next_event_seq() - 1,
+            "cursor moves to the newest"
+        );
+        let current = pending(&state, &req(), state.next_event_seq() - 1, 10, false);
+        assert!(current.is_empty(), "up to date: nothing to send");
+    }
+
+    #[test]
+    fn no_events_at_all_means_one_catch_up_only() {
+        let state = AllocatorState::new(LedgerConfig::root("g"));
+        let first = pending(&state, &req(), 0, 10, true);
+        assert!(first.iter().all(|e| e.event.is_none() && e.seq == 0));
+        assert!(pending(&state, &req(), 0, 10, false).is_empty());
+    }
 }

@@ -2,7 +2,7 @@
 
 use super::records::{Emergency, Event, EventKind};
 use super::{AllocatorState, Pending, PolicyMeta, StateCommand, StateOutput};
-use leasehold_common::ledger::{Budget, Command, Outcome};
+use leasehold_common::ledger::{Budget, Command, Outcome, Role};
 use leasehold_common::policy::{diff, HumanDuration, Mode, Policy, PolicySetError, RateSpec};
 use leasehold_common::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -58,13 +58,30 @@ impl AllocatorState {
 
     pub(super) fn apply_admin(&mut self, now: Nanos, cmd: StateCommand) -> StateOutput {
         let result = match cmd {
+            StateCommand::ApplyPolicy { .. }
+            | StateCommand::RollbackPolicy { .. }
+            | StateCommand::SetRate { .. }
+                if self.is_delegated() =>
+            {
+                Err(AdminError::Refused(
+                    "this allocator is delegated: its policies and rates come from its upstream cluster; change them there".into(),
+                ))
+            }
+            StateCommand::MirrorPolicy {
+                yaml,
+                upstream_version,
+                actor,
+            } => prepare(&yaml, false).and_then(|p| {
+                let reason = format!("upstream version {upstream_version}");
+                self.put(now, p, 0, (&actor, "policy.mirror"), &reason)
+            }),
             StateCommand::ApplyPolicy {
                 yaml,
                 shadow,
                 effective_at_ns,
                 actor,
             } => prepare(&yaml, shadow)
-                .and_then(|p| self.put(now, p, effective_at_ns, &actor, "policy.apply")),
+                .and_then(|p| self.put(now, p, effective_at_ns, (&actor, "policy.apply"), "")),
             StateCommand::RollbackPolicy {
                 policy_id,
                 to_version,
@@ -74,7 +91,7 @@ impl AllocatorState {
                 .get_version(&policy_id, to_version)
                 .map(|v| v.policy.clone())
                 .map_err(from_set)
-                .and_then(|p| self.put(now, p, 0, &actor, "policy.rollback")),
+                .and_then(|p| self.put(now, p, 0, (&actor, "policy.rollback"), "")),
             StateCommand::SetRate {
                 policy_id,
                 rate_milli_per_sec,
@@ -102,13 +119,17 @@ impl AllocatorState {
         result.unwrap_or_else(StateOutput::Refused)
     }
 
+    fn is_delegated(&self) -> bool {
+        self.ledger.config().role == Role::Delegated
+    }
+
     fn put(
         &mut self,
         now: Nanos,
         policy: Policy,
         effective_at_ns: u64,
-        actor: &str,
-        action: &str,
+        (actor, action): (&str, &str),
+        reason: &str,
     ) -> Result<StateOutput, AdminError> {
         let id = policy.id.clone();
         let before = yaml_of(self.policies.get(&id).map(|v| &v.policy));
@@ -158,7 +179,7 @@ impl AllocatorState {
             action,
             &format!("policy/{id}"),
             (before, after),
-            "",
+            reason,
         );
         Ok(StateOutput::Policy {
             policy_id: id,
@@ -195,7 +216,7 @@ impl AllocatorState {
             }
         });
         policy.burst = Some(burst);
-        self.put(now, policy, 0, actor, "budget.set")
+        self.put(now, policy, 0, (actor, "budget.set"), "")
     }
 
     fn split(

@@ -63,6 +63,12 @@ pub enum StateCommand {
         reason: String,
         actor: String,
     },
+    /// A delegated allocator takes on its upstream's newest version of a policy.
+    MirrorPolicy {
+        yaml: String,
+        upstream_version: u64,
+        actor: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +163,32 @@ impl AllocatorState {
 
     pub fn next_event_seq(&self) -> u64 {
         self.events.next_seq()
+    }
+
+    /// Whether a holder resuming after `after_seq` may have missed events no longer kept
+    /// (or starts fresh), and so needs the current state first.
+    pub fn needs_catch_up(&self, after_seq: u64) -> bool {
+        after_seq == 0
+            || self
+                .events
+                .iter()
+                .next()
+                .is_some_and(|oldest| after_seq + 1 < oldest.seq)
+    }
+
+    /// Every emergency switch that was ever set (normal ones included).
+    pub fn emergencies(&self) -> impl Iterator<Item = &Emergency> {
+        self.emergency.values()
+    }
+
+    /// The version of `policy_id` holders enforce now: the newest, unless that one still
+    /// waits for its effective time.
+    pub fn effective_version(&self, policy_id: &str) -> Option<u64> {
+        let newest = self.policies.get(policy_id)?.version;
+        match self.pending.get(policy_id) {
+            Some(p) if p.version == newest => newest.checked_sub(1).filter(|v| *v > 0),
+            _ => Some(newest),
+        }
     }
 
     fn tick(&mut self, now: Nanos) -> StateOutput {

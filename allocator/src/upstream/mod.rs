@@ -1,0 +1,160 @@
+//! A delegated (region or cell) allocator's side of its upstream: it holds one lease per key
+//! from the upstream cluster, through the same client the agents use, and sub-leases only
+//! that credit.
+//!
+//! The driver runs on every node and acts only while its node leads: each round it reads
+//! the replicated ledger, [plans](plan::plan) a step per key, and carries it out: acquire,
+//! report (which renews and gives idle credit back), close an expired lease, or release a
+//! key nobody uses. What it learns from upstream enters the ledger as replicated commands
+//! (`UpstreamGranted`, `UpstreamReturn`, `UpstreamClosed`), so a new leader continues from
+//! exactly where the old one stopped. Policies and emergency switches follow the upstream's
+//! watch stream ([`mirror`]).
+
+mod exchange;
+pub mod mirror;
+pub mod plan;
+
+use crate::replica::{Replica, ReplicaError};
+use crate::state::AllocatorState;
+use exchange::Exchange;
+use leasehold_agent::lease::Grantor;
+use leasehold_common::lease::{HolderConfig, LeaseVerifier};
+use leasehold_common::time::Nanos;
+use plan::{plan, views, PlanSettings, Step};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a delegated allocator holds credit from its upstream.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// The holder id this cluster uses upstream: `alloc:<cluster>`.
+    pub holder_id: String,
+    /// How often the driver looks at its keys.
+    pub tick_ms: u64,
+    /// Wait before asking again after a denial or an unreachable upstream (unless the
+    /// upstream named a longer wait).
+    pub retry_ms: u64,
+    pub plan: PlanSettings,
+    /// Clock drift and safety margin that shorten every upstream lease's deadline.
+    pub holder: HolderConfig,
+}
+
+impl UpstreamConfig {
+    pub fn new(cluster: &str) -> Self {
+        UpstreamConfig {
+            holder_id: format!("{}{cluster}", crate::service::auth::ALLOCATOR_HOLDER_PREFIX),
+            tick_ms: 50,
+            retry_ms: 250,
+            plan: PlanSettings::default(),
+            holder: HolderConfig::default(),
+        }
+    }
+}
+
+/// Counters of the driver, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct UpstreamCounters {
+    pub acquired: std::sync::atomic::AtomicU64,
+    pub reports: std::sync::atomic::AtomicU64,
+    pub denied: std::sync::atomic::AtomicU64,
+    pub unreachable: std::sync::atomic::AtomicU64,
+    pub expired: std::sync::atomic::AtomicU64,
+    pub released: std::sync::atomic::AtomicU64,
+    pub returned_units: std::sync::atomic::AtomicU64,
+}
+
+/// Runs the driver until `shutdown` completes.
+pub async fn run_upstream<R: Replica<AllocatorState>>(
+    replica: R,
+    grantor: Arc<dyn Grantor>,
+    verifier: Option<LeaseVerifier>,
+    cfg: UpstreamConfig,
+    counters: Arc<UpstreamCounters>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut ex = Exchange::new(replica, grantor, verifier, cfg.clone(), counters);
+    let mut memory = Memory::default();
+    let mut every = tokio::time::interval(Duration::from_millis(cfg.tick_ms.max(1)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = every.tick() => round(&mut ex, &mut memory, &cfg).await,
+        }
+    }
+}
+
+/// What this node remembers between rounds; none of it is needed for safety, so a new
+/// leader starts with none.
+#[derive(Default)]
+struct Memory {
+    last_report: HashMap<String, Nanos>,
+    not_before: HashMap<String, Nanos>,
+}
+
+async fn round<R: Replica<AllocatorState>>(
+    ex: &mut Exchange<R>,
+    memory: &mut Memory,
+    cfg: &UpstreamConfig,
+) {
+    let limit = cfg.plan.keys_per_round_max;
+    let read = ex
+        .replica()
+        .read(move |s| {
+            let now = s.ledger().now();
+            (now, views(s.ledger(), now, limit))
+        })
+        .await;
+    let (now, keys) = match read {
+        Ok(r) => r,
+        Err(ReplicaError::NotLeader { .. }) => {
+            // Another node drives; start afresh if this one leads again.
+            memory.last_report.clear();
+            memory.not_before.clear();
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "upstream round skipped");
+            return;
+        }
+    };
+    memory
+        .last_report
+        .retain(|k, _| keys.iter().any(|v| &v.key == k));
+    memory.not_before.retain(|_, t| *t > now);
+    for v in keys {
+        if memory.not_before.contains_key(&v.key) {
+            continue;
+        }
+        let step = plan(&v, now, memory.last_report.get(&v.key).copied(), &cfg.plan);
+        let outcome = match step {
+            Step::Wait => continue,
+            Step::Acquire => ex.acquire(&v, now).await,
+            Step::Report {
+                give_back,
+                want_more,
+            } => {
+                memory.last_report.insert(v.key.clone(), now);
+                ex.report(&v, now, give_back, want_more).await
+            }
+            Step::Expired => ex.expired(&v).await,
+            Step::Release => ex.release(&v, now).await,
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(exchange::Pause { ms, why }) => {
+                tracing::debug!(key = %v.key, ?step, why, "upstream step paused");
+                let wait = ms.max(cfg.retry_ms).saturating_mul(1_000_000);
+                memory
+                    .not_before
+                    .insert(v.key.clone(), now.saturating_add_ns(wait));
+            }
+        }
+        if !ex.still_leading() {
+            return;
+        }
+    }
+}

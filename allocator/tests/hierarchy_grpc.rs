@@ -1,0 +1,251 @@
+//! The hierarchy on real sockets with mutual TLS: a root allocator, two regional allocators
+//! that lease from it (the same binary code, configured with `upstream`), and agents that
+//! lease from their region. Demand moves from one region to the other, then is in both; the total admitted
+//! across every agent stays within B + r·T, credit follows demand across regions, and the
+//! regions learn the policy from the root's watch stream.
+
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_allocator::config::AllocatorConfig;
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::policy::Policy;
+use leasehold_common::time::{Clock, SystemClock};
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
+use leasehold_proto::transport::{
+    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+
+const RATE: u64 = 1_000;
+const BURST: u64 = 300;
+const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 1000, per: 1s}\nburst: 300\nscope: global\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Node {
+    addr: String,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a one-node cluster; `upstream` names the upstream address and the hex public
+/// key its leases must be signed with.
+async fn start_node(dir: &Path, cluster: &str, upstream: Option<(&str, &str)>) -> Node {
+    let (grpc, http) = (free_port(), free_port());
+    let c = dir.join("certs");
+    let data = dir.join(cluster);
+    let upstream = upstream.map_or(String::new(), |(addr, key)| {
+        format!("upstream: [\"{addr}\"]\ntrusted_upstream_keys: [\"{key}\"]\n")
+    });
+    let yaml = format!(
+        "node_id: 1\ncluster: {cluster}\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
+         advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\n\
+         bootstrap: [{{id: 1, addr: \"127.0.0.1:{grpc}\"}}]\n{upstream}\
+         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-{cluster}-1.pem, key: {c}/allocator-{cluster}-1-key.pem}}\n\
+         raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}}\ntick_ms: 20\n",
+        d = data.display(),
+        c = c.display(),
+    );
+    let cfg = AllocatorConfig::from_yaml(&yaml).expect("valid config");
+    let (stop, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        leasehold_allocator::server::run(cfg, rx)
+            .await
+            .expect("node runs");
+    });
+    Node {
+        addr: format!("127.0.0.1:{grpc}"),
+        stop,
+        task,
+    }
+}
+
+fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
+    let transport = ClientTransport::MutualTls {
+        pem: pki.tls_pem(role, name).unwrap(),
+        server_name: Some("localhost".into()),
+    };
+    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
+}
+
+async fn admin(pki: &DevPki, addr: &str) -> AdminServiceClient<tonic::transport::Channel> {
+    AdminServiceClient::new(channels(pki, Role::Admin, "ops").channel(addr).unwrap())
+}
+
+/// Waits until `f` holds, polling; panics with `what` after `secs`.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+struct Agent {
+    engine: Arc<Engine>,
+    clock: SystemClock,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
+}
+
+fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> Agent {
+    let clock = SystemClock::new();
+    let engine = Arc::new(
+        Engine::builder()
+            .start(clock.now())
+            .build(RuleSource::from_policies(vec![policy.clone()]))
+            .unwrap(),
+    );
+    let grantor = Arc::new(RemoteGrantor::new(
+        channels(pki, Role::Agent, name),
+        vec![region.to_string()],
+        3,
+    ));
+    let mut cfg = ManagerConfig::new(name);
+    cfg.tick_ms = 5;
+    cfg.report_every_ms = 100;
+    cfg.retry_ms = 50;
+    let (stop, rx) = watch::channel(false);
+    let queue = engine.take_acquire_queue().unwrap();
+    let task = tokio::spawn(LeaseManager::new(cfg, grantor, clock.clone(), queue).run(rx));
+    Agent {
+        engine,
+        clock,
+        stop,
+        task,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regions_sublease_root_credit_within_the_bound_while_demand_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = PkiSpec::local(&["global-1", "eu-1", "us-1"], &["gw-eu", "gw-us"], &["ops"]);
+    let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
+    pki.write_to(&dir.path().join("certs"), true).unwrap();
+
+    let root = start_node(dir.path(), "global", None).await;
+    eventually(15, "the root to accept the policy", || {
+        let (pki, addr) = (&pki, root.addr.clone());
+        async move {
+            let req = pb::ApplyPolicyRequest {
+                yaml: POLICY.into(),
+                ..Default::default()
+            };
+            admin(pki, &addr).await.apply_policy(req).await.is_ok()
+        }
+    })
+    .await;
+    let key = std::fs::read(dir.path().join("global/lease-key.p8")).unwrap();
+    let key = hex::encode(LeaseSigner::from_pkcs8(&key).unwrap().public_key());
+    let regions = [
+        start_node(dir.path(), "eu", Some((&root.addr, &key))).await,
+        start_node(dir.path(), "us", Some((&root.addr, &key))).await,
+    ];
+    for r in &regions {
+        eventually(15, "a region to mirror the root's policy", || {
+            let (pki, addr) = (&pki, r.addr.clone());
+            async move {
+                let mut a = admin(pki, &addr).await;
+                let req = pb::GetPolicyRequest {
+                    policy_id: "api".into(),
+                    ..Default::default()
+                };
+                a.get_policy(req).await.is_ok()
+            }
+        })
+        .await;
+    }
+
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let agents = [
+        start_agent(&pki, "gw-eu", &regions[0].addr, &policy),
+        start_agent(&pki, "gw-us", &regions[1].addr, &policy),
+    ];
+    let started = Instant::now();
+    let mut admitted = [0u64; 2];
+    let run = Duration::from_millis(4_500);
+    while started.elapsed() < run {
+        // Demand in eu, then in us, then in both.
+        let third = started.elapsed().as_millis() * 3 / run.as_millis();
+        let busy: &[usize] = match third {
+            0 => &[0],
+            1 => &[1],
+            _ => &[0, 1],
+        };
+        for &i in busy {
+            let a = &agents[i];
+            for _ in 0..40 {
+                let entries = [("tenant", "acme")];
+                let dims = [Dimension::policy("api", &entries)];
+                if a.engine
+                    .admit(&AdmitRequest::new(&dims), a.clock.now())
+                    .allowed
+                {
+                    admitted[i] += 1;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let bound = BURST + RATE * elapsed_ms / 1_000;
+    let total = admitted[0] + admitted[1];
+    eprintln!("admitted {admitted:?} of bound {bound} in {elapsed_ms} ms");
+    assert!(
+        total <= bound,
+        "admitted {total} > B + r·T = {bound} ({admitted:?})"
+    );
+    assert!(
+        admitted[0] > 200 && admitted[1] > 200,
+        "credit followed demand between the regions: {admitted:?}"
+    );
+    assert!(
+        total * 2 > bound,
+        "most of the budget was usable through the regions: {total} of {bound}"
+    );
+
+    // The root sees each region as one holder, under its allocator holder id.
+    let mut a = admin(&pki, &root.addr).await;
+    let leases = a
+        .list_leases(pb::ListLeasesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let holders: std::collections::BTreeSet<String> = leases
+        .leases
+        .iter()
+        .filter_map(|l| l.lease.as_ref().map(|l| l.holder_id.clone()))
+        .collect();
+    assert!(
+        holders.iter().all(|h| h.starts_with("alloc:")),
+        "only regions hold root leases: {holders:?}"
+    );
+
+    for a in &agents {
+        a.stop.send(true).unwrap();
+    }
+    for a in agents {
+        a.task.await.unwrap();
+    }
+    for n in regions.into_iter().chain([root]) {
+        n.stop.send(true).unwrap();
+        n.task.await.unwrap();
+    }
+}

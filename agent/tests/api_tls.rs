@@ -1,6 +1,6 @@
 //! Mutual TLS on the agent's gRPC listener, configured through `listen_tls`: a gateway with
 //! a certificate from the configured CA is answered; a client without a certificate, or with
-//! one from another CA, is refused at the handshake.
+//! one from another CA, is refused at the handshake. Also through the binary's `--tls-*` flags.
 
 use leasehold_agent::api::listen::{grpc_server, serve_grpc, ListenAddr};
 use leasehold_agent::api::rls::RlsServer;
@@ -170,4 +170,67 @@ async fn without_listen_tls_a_loopback_listener_serves_plaintext() {
     let plain = Endpoint::from_shared(format!("http://{addr}")).unwrap();
     assert!(answered(plain).await);
     let _ = stop.send(());
+}
+
+/// Kills the agent process when the test ends, even on a failed assertion.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_binary_serves_mutual_tls_given_the_tls_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::generate(
+        &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
+        SystemTime::now(),
+    )
+    .unwrap();
+    pki.write_to(dir.path(), false).unwrap();
+    let limits = dir.path().join("edge.yaml");
+    std::fs::write(&limits, LIMITS).unwrap();
+    let tls = files(dir.path(), Role::Agent, "gw-1");
+    // A free port: bound by the OS, released for the agent to take.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
+        .arg("--standalone")
+        .arg("--ratelimit-config")
+        .arg(&limits)
+        .args(["--grpc-addr", &addr.to_string()])
+        .arg("--http-addr")
+        .arg(format!("unix:{}", dir.path().join("http.sock").display()))
+        .arg("--tls-ca")
+        .arg(&tls.ca)
+        .arg("--tls-cert")
+        .arg(&tls.cert)
+        .arg("--tls-key")
+        .arg(&tls.key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = Running(child);
+    let gateway = pki.tls_pem(Role::Agent, "edge-proxy").unwrap();
+    let endpoint = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(client_tls_config(&gateway, "127.0.0.1").unwrap())
+        .unwrap();
+    let started = std::time::Instant::now();
+    let channel = loop {
+        match endpoint.connect().await {
+            Ok(channel) => break channel,
+            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("never up: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert_eq!(ask(channel).await.unwrap(), Code::Ok);
+    let plain = Endpoint::from_shared(format!("http://{addr}")).unwrap();
+    assert!(!answered(plain).await, "a plaintext client");
 }

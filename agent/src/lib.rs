@@ -2,6 +2,7 @@
 //! against credit leased from an allocator.
 
 pub mod api;
+pub mod config;
 pub mod credit;
 pub mod engine;
 pub mod lease;

@@ -1,7 +1,9 @@
 //! The agent's network APIs over the enforcement engine: Envoy's rate-limit service (gRPC),
-//! HTTP admission with IETF rate-limit headers, metrics and health.
+//! HTTP admission with IETF rate-limit headers, metrics and health, and the listeners
+//! that serve them.
 
 pub mod admit;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod rls;

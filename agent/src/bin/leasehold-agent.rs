@@ -4,10 +4,15 @@
 //! sockets. `--standalone --ratelimit-config limits.yaml` is a drop-in for
 //! envoyproxy/ratelimit on one host: its rules are enforced in this process. With
 //! `--allocator ADDR`, leased policies draw credit from an allocator cluster.
+//!
+//! Settings come from `--config agent.yaml` (see `deploy/config/agent/agent.yaml`) and from
+//! flags, which override the file field by field.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
+use leasehold_agent::api::listen::{grpc_server, serve_grpc, serve_http};
 use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
+use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles};
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
@@ -17,9 +22,12 @@ use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
-use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, TlsPaths};
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// How many allocator addresses a lease call tries before the grantor counts as unreachable.
+const GRANTOR_ATTEMPTS: usize = 3;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,45 +36,115 @@ use std::sync::Arc;
     about = "Leasehold sidecar: local admission against leased credit"
 )]
 struct Args {
-    /// gRPC listener (Envoy RLS and the native Admit API): `host:port` or `unix:/path`.
-    #[arg(long, default_value = "127.0.0.1:8081")]
-    grpc_addr: String,
-    /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `host:port` or `unix:/path`.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    http_addr: String,
+    /// YAML configuration file; every flag below overrides its field.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// gRPC listener (Envoy RLS and the native Admit API): `ip:port` or `unix:/path`
+    /// [default: 127.0.0.1:8081].
+    #[arg(long)]
+    grpc_addr: Option<String>,
+    /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `ip:port` or `unix:/path`
+    /// [default: 127.0.0.1:8080].
+    #[arg(long)]
+    http_addr: Option<String>,
     /// envoyproxy/ratelimit YAML: a file, or a directory of them.
     #[arg(long)]
     ratelimit_config: Option<PathBuf>,
-    /// Leasehold policy YAML files.
+    /// Leasehold policy YAML files (repeatable; replaces the file's `policies`).
     #[arg(long = "policy")]
     policies: Vec<PathBuf>,
     /// Run with no allocator: leased policies are granted by a ledger in this process.
-    #[arg(long)]
-    standalone: bool,
-    /// Allocator addresses (`host:port`, repeatable) to lease credit from.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    standalone: Option<bool>,
+    /// Allocator addresses (`host:port`, repeatable; replaces the file's `allocators`).
     #[arg(long = "allocator")]
     allocators: Vec<String>,
-    /// This agent's holder id (its certificate's name under mutual TLS).
-    #[arg(long, default_value = "agent")]
-    holder_id: String,
+    /// This agent's holder id (its certificate's name under mutual TLS) [default: agent].
+    #[arg(long)]
+    holder_id: Option<String>,
     /// CA, certificate and key (PEM) for mutual TLS to the allocators.
     #[arg(long, requires_all = ["cert", "key"])]
     ca: Option<PathBuf>,
-    #[arg(long)]
+    #[arg(long, requires_all = ["ca", "key"])]
     cert: Option<PathBuf>,
-    #[arg(long)]
+    #[arg(long, requires_all = ["ca", "cert"])]
     key: Option<PathBuf>,
     /// Talk to the allocators in plaintext: only for a cluster started with --insecure.
-    #[arg(long)]
-    insecure: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    insecure: Option<bool>,
     /// Add x-ratelimit-* headers to Envoy responses.
-    #[arg(long)]
-    response_headers: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    response_headers: Option<bool>,
+    /// CA (for gateways' client certificates), certificate and key (PEM) for mutual TLS on
+    /// the gRPC listener.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    #[arg(long, requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires_all = ["tls_ca", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+    /// Serve gRPC in plaintext on an address other hosts can reach.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    listen_insecure: Option<bool>,
+}
+
+fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
+    Some(TlsFiles {
+        ca: ca?,
+        cert: cert?,
+        key: key?,
+    })
+}
+
+impl Args {
+    /// The configuration file, if any, and what the flags override in it.
+    fn split(self) -> (Option<PathBuf>, Overrides) {
+        let overrides = Overrides {
+            grpc_addr: self.grpc_addr,
+            http_addr: self.http_addr,
+            ratelimit_config: self.ratelimit_config,
+            policies: self.policies,
+            standalone: self.standalone,
+            allocators: self.allocators,
+            holder_id: self.holder_id,
+            allocator_tls: tls_files(self.ca, self.cert, self.key),
+            insecure: self.insecure,
+            response_headers: self.response_headers,
+            listen_tls: tls_files(self.tls_ca, self.tls_cert, self.tls_key),
+            listen_insecure: self.listen_insecure,
+            ..Overrides::default()
+        };
+        (self.config, overrides)
+    }
+}
+
+fn load_policies(cfg: &AgentConfig) -> Result<Vec<Policy>> {
+    let mut policies = Vec::with_capacity(cfg.policies.len());
+    for p in &cfg.policies {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        policies
+            .push(Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?);
+    }
+    Ok(policies)
+}
+
+fn load_envoy(cfg: &AgentConfig) -> Result<EnvoyConfig> {
+    Ok(match &cfg.ratelimit_config {
+        Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            EnvoyConfig::from_yaml(&p.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => EnvoyConfig::default(),
+    })
 }
 
 /// The in-process ledger of a standalone agent, or the allocator cluster.
-fn grantor(args: &Args) -> Result<Arc<dyn Grantor>> {
-    if args.standalone {
+fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
+    if cfg.standalone {
         let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let local = Arc::new(LocalGrantor::new(
@@ -74,15 +152,7 @@ fn grantor(args: &Args) -> Result<Arc<dyn Grantor>> {
             signer,
             Arc::new(SystemClock::new()),
         ));
-        let mut policies = Vec::new();
-        for p in &args.policies {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            policies.push(
-                Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
-            );
-        }
-        local.install(&policies).map_err(anyhow::Error::msg)?;
+        local.install(policies).map_err(anyhow::Error::msg)?;
         let ticking = Arc::clone(&local);
         tokio::spawn(async move {
             loop {
@@ -92,53 +162,16 @@ fn grantor(args: &Args) -> Result<Arc<dyn Grantor>> {
         });
         return Ok(local);
     }
-    let transport = match (&args.ca, &args.cert, &args.key, args.insecure) {
-        (_, _, _, true) => ClientTransport::Plaintext,
-        (Some(ca), Some(cert), Some(key), false) => {
-            let pem = TlsPaths {
-                ca: ca.clone(),
-                cert: cert.clone(),
-                key: key.clone(),
-            }
-            .load()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            ClientTransport::MutualTls {
-                pem,
-                server_name: None,
-            }
-        }
-        _ => bail!("give --ca, --cert and --key for mutual TLS to the allocators, or --insecure"),
-    };
-    let channels = ChannelFactory::new(ChannelSettings::default(), transport)
+    if cfg.insecure {
+        tracing::warn!("talking to the allocators in PLAINTEXT (insecure): development only");
+    }
+    let channels = ChannelFactory::new(ChannelSettings::default(), cfg.allocator_transport()?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Arc::new(RemoteGrantor::new(
         channels,
-        args.allocators.clone(),
-        3,
+        cfg.allocators.clone(),
+        GRANTOR_ATTEMPTS,
     )))
-}
-
-fn load_rules(args: &Args) -> Result<(RuleSource, EnvoyConfig)> {
-    let envoy = match &args.ratelimit_config {
-        Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            EnvoyConfig::from_yaml(&p.display().to_string(), &text)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-        }
-        None => EnvoyConfig::default(),
-    };
-    let mut policies = Vec::new();
-    for p in &args.policies {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        policies
-            .push(Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?);
-    }
-    let mut rules = RuleSource::from_policies(policies);
-    rules.envoy = Some(envoy.clone());
-    Ok((rules, envoy))
 }
 
 async fn shutdown_signal() {
@@ -153,16 +186,17 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
+    let (file, flags) = Args::parse().split();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    if !args.standalone && args.allocators.is_empty() {
-        bail!("give --allocator ADDR (repeatable) to lease from a cluster, or --standalone");
-    }
-    let (rules, envoy) = load_rules(&args)?;
+    let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
+    let policies = load_policies(&cfg)?;
+    let envoy = load_envoy(&cfg)?;
+    let mut rules = RuleSource::from_policies(policies.clone());
+    rules.envoy = Some(envoy.clone());
     let clock = SystemClock::new();
     let engine = Arc::new(
         Engine::builder()
@@ -172,10 +206,9 @@ async fn main() -> Result<()> {
     );
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
-    let grantor = grantor(&args)?;
     let manager = LeaseManager::new(
-        ManagerConfig::new(args.holder_id.clone()),
-        grantor,
+        ManagerConfig::new(cfg.holder_id.clone()),
+        grantor(&cfg, &policies)?,
         clock.clone(),
         queue,
     );
@@ -183,63 +216,30 @@ async fn main() -> Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
+
+    let tls = cfg.listen_tls_pem()?;
+    if tls.is_none() && cfg.listen_insecure {
+        tracing::warn!(addr = %cfg.grpc_addr, "serving gRPC in PLAINTEXT to other hosts (listen_insecure)");
+    }
     let rls = RateLimitServiceServer::new(RlsServer::new(
         Arc::clone(&engine),
         Arc::new(envoy),
         clock.clone(),
-        args.response_headers,
+        cfg.response_headers,
     ));
     let admit = AdmitServiceServer::new(AdmitServer::new(Arc::clone(&engine), clock.clone()));
-    let grpc = tonic::transport::Server::builder()
+    let grpc = grpc_server(tls.as_ref())?
         .add_service(rls)
         .add_service(admit);
-    let grpc_task = match args.grpc_addr.strip_prefix("unix:") {
-        Some(path) => {
-            let _ = std::fs::remove_file(path);
-            let l =
-                tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
-            tokio::spawn(grpc.serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(l),
-                stopped(rx.clone()),
-            ))
-        }
-        None => {
-            let l = tokio::net::TcpListener::bind(&args.grpc_addr)
-                .await
-                .with_context(|| format!("binding {}", args.grpc_addr))?;
-            tracing::info!(addr = %l.local_addr()?, "gRPC (Envoy RLS) listening");
-            tokio::spawn(grpc.serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(l),
-                stopped(rx.clone()),
-            ))
-        }
-    };
+    let grpc_listener = cfg.grpc_listen()?.bind().await?;
+    tracing::info!(addr = %grpc_listener.local_addr()?, mtls = tls.is_some(), "gRPC (Envoy RLS, Admit) listening");
+    let grpc_task = tokio::spawn(serve_grpc(grpc, grpc_listener, stopped(rx.clone())));
+
+    let http_listener = cfg.http_listen()?.bind().await?;
+    tracing::info!(addr = %http_listener.local_addr()?, "HTTP listening");
     let router = http::router(Arc::clone(&engine), clock);
-    let http_task = match args.http_addr.strip_prefix("unix:") {
-        Some(path) => {
-            let _ = std::fs::remove_file(path);
-            let l =
-                tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
-            tokio::spawn(async move {
-                axum::serve(l, router)
-                    .with_graceful_shutdown(stopped(rx))
-                    .await
-                    .map_err(anyhow::Error::from)
-            })
-        }
-        None => {
-            let l = tokio::net::TcpListener::bind(&args.http_addr)
-                .await
-                .with_context(|| format!("binding {}", args.http_addr))?;
-            tracing::info!(addr = %l.local_addr()?, "HTTP listening");
-            tokio::spawn(async move {
-                axum::serve(l, router)
-                    .with_graceful_shutdown(stopped(rx))
-                    .await
-                    .map_err(anyhow::Error::from)
-            })
-        }
-    };
+    let http_task = tokio::spawn(serve_http(router, http_listener, stopped(rx)));
+
     shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = tx.send(true);

@@ -1,0 +1,247 @@
+//! Listening addresses — TCP (`127.0.0.1:8081`) or a Unix socket (`unix:/run/agent.sock`) —
+//! and serving gRPC (plaintext or mutual TLS) or HTTP on an already-bound listener until a
+//! shutdown future completes.
+
+use leasehold_proto::transport::{server_builder, ServeError, TlsPem};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::server::Router;
+use tonic::transport::Server;
+
+/// Longest listen address accepted, in bytes (a Unix socket path must fit in `sun_path`
+/// anyway, which is far shorter).
+pub const LISTEN_ADDR_LEN_MAX: usize = 255;
+
+/// Where a server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A TCP socket address; the host must be an IP address, so binding never resolves names.
+    Tcp(SocketAddr),
+    /// A Unix domain socket at this path.
+    Unix(PathBuf),
+}
+
+/// Why a listen address could not be parsed or bound.
+#[derive(Debug, Error)]
+pub enum ListenError {
+    /// Not `ip:port` or `unix:/path`.
+    #[error("listen address `{addr}` is invalid: {reason}")]
+    Parse {
+        /// The offending text.
+        addr: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+    /// The operating system refused to bind.
+    #[error("binding listen address `{addr}`: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = ListenError;
+
+    fn from_str(s: &str) -> Result<Self, ListenError> {
+        let fail = |reason| ListenError::Parse {
+            addr: s.chars().take(LISTEN_ADDR_LEN_MAX).collect(),
+            reason,
+        };
+        if s.len() > LISTEN_ADDR_LEN_MAX {
+            return Err(fail("longer than 255 bytes"));
+        }
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(fail("`unix:` needs a socket path"));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        s.parse()
+            .map(ListenAddr::Tcp)
+            .map_err(|_| fail("expected ip:port (an IP address, not a name) or unix:/path"))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl ListenAddr {
+    /// Whether only this host can connect: a loopback IP or a Unix socket. Such listeners
+    /// may serve plaintext by default, since the gateway beside the agent is the only peer.
+    pub fn is_local(&self) -> bool {
+        match self {
+            ListenAddr::Tcp(a) => a.ip().is_loopback(),
+            ListenAddr::Unix(_) => true,
+        }
+    }
+
+    /// Binds the address. A Unix socket left by an earlier run is replaced, since binding
+    /// over it would fail; any other kind of file at that path is an error.
+    pub async fn bind(&self) -> Result<Listener, ListenError> {
+        let err = |source| ListenError::Bind {
+            addr: self.to_string(),
+            source,
+        };
+        match self {
+            ListenAddr::Tcp(a) => TcpListener::bind(a).await.map(Listener::Tcp).map_err(err),
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path).map_err(err)?;
+                UnixListener::bind(path).map(Listener::Unix).map_err(err)
+            }
+        }
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a file that is not a socket is in the way",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    /// A TCP listener.
+    Tcp(TcpListener),
+    /// A Unix domain socket listener.
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// The bound address (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> std::io::Result<ListenAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(ListenAddr::Tcp),
+            Listener::Unix(l) => {
+                let addr = l.local_addr()?;
+                let path = addr.as_pathname().map(PathBuf::from).unwrap_or_default();
+                Ok(ListenAddr::Unix(path))
+            }
+        }
+    }
+}
+
+/// A gRPC server builder: mutual TLS when `tls` is given (every client must present a
+/// certificate that chains to `tls.ca`; others fail the handshake), plaintext otherwise.
+///
+/// The agent accepts any certificate from its CA and does not ask for a Leasehold role:
+/// its callers are gateways, whose certificates come from the operator's own CA.
+pub fn grpc_server(tls: Option<&TlsPem>) -> Result<Server, ServeError> {
+    server_builder(tls)
+}
+
+/// Serves a gRPC router on `listener` until `shutdown` completes, then waits for open
+/// calls to finish.
+pub async fn serve_grpc(
+    router: Router,
+    listener: Listener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    match listener {
+        Listener::Tcp(l) => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown)
+                .await
+        }
+        Listener::Unix(l) => {
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                .await
+        }
+    }
+}
+
+/// Serves an HTTP router on `listener` until `shutdown` completes.
+pub async fn serve_http(
+    router: axum::Router,
+    listener: Listener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match listener {
+        Listener::Tcp(l) => {
+            axum::serve(l, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Listener::Unix(l) => {
+            axum::serve(l, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tcp_and_unix_addresses() {
+        assert_eq!(
+            "127.0.0.1:8081".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Tcp("127.0.0.1:8081".parse().unwrap())
+        );
+        assert_eq!(
+            "unix:/run/a.sock".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Unix("/run/a.sock".into())
+        );
+        for bad in ["unix:", "localhost:80", "1.2.3.4", ""] {
+            let err = bad.parse::<ListenAddr>().unwrap_err().to_string();
+            assert!(err.contains(&format!("`{bad}`")), "{err}");
+        }
+        let long = format!("unix:/{}", "a".repeat(LISTEN_ADDR_LEN_MAX));
+        assert!(long.parse::<ListenAddr>().is_err());
+    }
+
+    #[test]
+    fn only_loopback_and_unix_sockets_are_local() {
+        for (addr, local) in [
+            ("127.0.0.1:1", true),
+            ("[::1]:1", true),
+            ("unix:/run/a.sock", true),
+            ("0.0.0.0:1", false),
+            ("10.0.0.7:1", false),
+            ("[::]:1", false),
+        ] {
+            assert_eq!(
+                addr.parse::<ListenAddr>().unwrap().is_local(),
+                local,
+                "{addr}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_but_other_files_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = ListenAddr::Unix(dir.path().join("a.sock"));
+        drop(sock.bind().await.unwrap());
+        let again = sock.bind().await.unwrap();
+        assert_eq!(again.local_addr().unwrap(), sock);
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "keep").unwrap();
+        assert!(ListenAddr::Unix(file.clone()).bind().await.is_err());
+        assert_eq!(std::fs::read_to_string(file).unwrap(), "keep");
+    }
+}

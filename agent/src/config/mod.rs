@@ -1,0 +1,321 @@
+//! The agent's configuration: an optional YAML file (`--config`), overridden field by field
+//! by command-line flags, then validated as a whole.
+//!
+//! ```yaml
+//! grpc_addr: 127.0.0.1:8081          # or unix:/run/leasehold/agent-grpc.sock
+//! http_addr: 127.0.0.1:8080
+//! ratelimit_config: /etc/ratelimit/config   # envoyproxy/ratelimit YAML: a file or a directory
+//! policies: [/etc/leasehold/tenant-api.yaml]
+//! allocators: [global-1:7400, global-2:7400]
+//! holder_id: gw-1
+//! allocator_tls: { ca: ca.pem, cert: agent-gw-1.pem, key: agent-gw-1-key.pem }
+//! listen_tls: { ca: gateways-ca.pem, cert: agent-gw-1.pem, key: agent-gw-1-key.pem }
+//! response_headers: true
+//! ```
+//!
+//! Every field has a flag of the same name (`--grpc-addr`, `--policy` for each entry of
+//! `policies`, `--allocator`, `--ca/--cert/--key` for `allocator_tls`, `--tls-ca/--tls-cert/
+//! --tls-key` for `listen_tls`, ...). A flag replaces the file's value; a repeated flag
+//! replaces the file's whole list. Relative paths are relative to the working directory.
+//! Unknown fields are refused, naming the field, so a misspelt setting never silently
+//! falls back to its default.
+
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use crate::api::listen::ListenAddr;
+use leasehold_proto::transport::{ClientTransport, TlsConfigError, TlsPaths, TlsPem};
+use serde::Deserialize;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+pub use validate::{ALLOCATORS_MAX, PATH_LEN_MAX, POLICY_FILES_MAX};
+
+/// Largest config file read, in bytes.
+pub const CONFIG_FILE_LEN_MAX: u64 = 1024 * 1024;
+/// gRPC listener when none is configured (envoyproxy/ratelimit's gRPC port, loopback only).
+pub const GRPC_ADDR_DEFAULT: &str = "127.0.0.1:8081";
+/// HTTP listener when none is configured (envoyproxy/ratelimit's HTTP port, loopback only).
+pub const HTTP_ADDR_DEFAULT: &str = "127.0.0.1:8080";
+/// Holder id when none is configured.
+pub const HOLDER_ID_DEFAULT: &str = "agent";
+
+/// Why the configuration could not be read or is not acceptable.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than [`CONFIG_FILE_LEN_MAX`].
+    #[error("config file {path} is larger than {max_bytes} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        max_bytes: u64,
+    },
+    /// Not YAML, an unknown field, or a value of the wrong type; the message names the field.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file (`<inline>` for text given directly).
+        path: PathBuf,
+        /// The parser's message, with the field and the position.
+        message: String,
+    },
+    /// A field's value is not acceptable.
+    #[error("config field `{field}` = {value}: {reason}")]
+    Invalid {
+        /// The field, dotted for nested ones (`listen_tls.ca`).
+        field: &'static str,
+        /// The offending value, as written.
+        value: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// The PEM files a TLS field names are missing or unusable.
+    #[error("config field `{field}`: {source}")]
+    Tls {
+        /// `allocator_tls` or `listen_tls`.
+        field: &'static str,
+        /// What is wrong with the files.
+        #[source]
+        source: TlsConfigError,
+    },
+}
+
+/// Paths of the PEM files of one side of mutual TLS.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// CA bundle that peers' certificates must chain to.
+    pub ca: PathBuf,
+    /// This agent's certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// This agent's private key.
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Reads and checks the three files.
+    pub fn load(&self) -> Result<TlsPem, TlsConfigError> {
+        TlsPaths {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        }
+        .load()
+    }
+}
+
+/// Everything the agent is told at startup.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// gRPC listener (Envoy RLS and native Admit): `ip:port` or `unix:/path`.
+    pub grpc_addr: String,
+    /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `ip:port` or `unix:/path`.
+    pub http_addr: String,
+    /// envoyproxy/ratelimit YAML: one file, or a directory of them.
+    pub ratelimit_config: Option<PathBuf>,
+    /// Leasehold policy YAML files, one policy each.
+    pub policies: Vec<PathBuf>,
+    /// Lease from a ledger in this process instead of an allocator cluster.
+    pub standalone: bool,
+    /// Allocator addresses (`host:port`) to lease credit from.
+    pub allocators: Vec<String>,
+    /// This agent's holder id: its certificate's name under mutual TLS.
+    pub holder_id: String,
+    /// Mutual TLS towards the allocators; required unless `insecure` or `standalone`.
+    pub allocator_tls: Option<TlsFiles>,
+    /// **INSECURE**: talk to the allocators in plaintext (a cluster started with `insecure`).
+    pub insecure: bool,
+    /// Add `x-ratelimit-*` headers to Envoy rate-limit responses.
+    pub response_headers: bool,
+    /// Mutual TLS on the gRPC listener: gateways must present a certificate from `ca`.
+    pub listen_tls: Option<TlsFiles>,
+    /// **INSECURE**: serve gRPC in plaintext on an address other hosts can reach.
+    pub listen_insecure: bool,
+    /// Where the lease manager keeps its crash-safety state, if anywhere.
+    pub state_file: Option<PathBuf>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            grpc_addr: GRPC_ADDR_DEFAULT.to_owned(),
+            http_addr: HTTP_ADDR_DEFAULT.to_owned(),
+            ratelimit_config: None,
+            policies: Vec::new(),
+            standalone: false,
+            allocators: Vec::new(),
+            holder_id: HOLDER_ID_DEFAULT.to_owned(),
+            allocator_tls: None,
+            insecure: false,
+            response_headers: false,
+            listen_tls: None,
+            listen_insecure: false,
+            state_file: None,
+        }
+    }
+}
+
+/// Settings given as flags. Each `Some` (or non-empty list) replaces the file's value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--grpc-addr`.
+    pub grpc_addr: Option<String>,
+    /// `--http-addr`.
+    pub http_addr: Option<String>,
+    /// `--ratelimit-config`.
+    pub ratelimit_config: Option<PathBuf>,
+    /// `--policy`, repeated.
+    pub policies: Vec<PathBuf>,
+    /// `--standalone[=true|false]`.
+    pub standalone: Option<bool>,
+    /// `--allocator`, repeated.
+    pub allocators: Vec<String>,
+    /// `--holder-id`.
+    pub holder_id: Option<String>,
+    /// `--ca`, `--cert` and `--key` together.
+    pub allocator_tls: Option<TlsFiles>,
+    /// `--insecure[=true|false]`.
+    pub insecure: Option<bool>,
+    /// `--response-headers[=true|false]`.
+    pub response_headers: Option<bool>,
+    /// `--tls-ca`, `--tls-cert` and `--tls-key` together.
+    pub listen_tls: Option<TlsFiles>,
+    /// `--listen-insecure[=true|false]`.
+    pub listen_insecure: Option<bool>,
+    /// `--state-file`.
+    pub state_file: Option<PathBuf>,
+}
+
+impl AgentConfig {
+    /// Parses a config file's text; `path` names it in errors. Not validated: flags may
+    /// still change it (see [`AgentConfig::resolve`]).
+    pub fn from_yaml(path: &Path, text: &str) -> Result<AgentConfig, ConfigError> {
+        let parse_error = |message: String| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        };
+        // A file of only comments is a valid (empty) configuration.
+        let parsed: Option<AgentConfig> =
+            serde_norway::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+        Ok(parsed.unwrap_or_default())
+    }
+
+    /// Reads and parses a config file of at most [`CONFIG_FILE_LEN_MAX`] bytes.
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let read_error = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut text = String::new();
+        // Reading one byte past the limit tells a file at the limit from a larger one
+        // without trusting metadata (a FIFO or /proc file reports no length).
+        file.take(CONFIG_FILE_LEN_MAX + 1)
+            .read_to_string(&mut text)
+            .map_err(read_error)?;
+        if text.len() as u64 > CONFIG_FILE_LEN_MAX {
+            return Err(ConfigError::TooLarge {
+                path: path.to_path_buf(),
+                max_bytes: CONFIG_FILE_LEN_MAX,
+            });
+        }
+        Self::from_yaml(path, &text)
+    }
+
+    /// The file at `file` (or the defaults), with `flags` applied, validated.
+    pub fn resolve(file: Option<&Path>, flags: Overrides) -> Result<AgentConfig, ConfigError> {
+        let mut cfg = match file {
+            Some(path) => Self::load(path)?,
+            None => AgentConfig::default(),
+        };
+        cfg.apply(flags);
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Replaces every setting the flags give.
+    pub fn apply(&mut self, flags: Overrides) {
+        fn set<T>(field: &mut T, flag: Option<T>) {
+            if let Some(v) = flag {
+                *field = v;
+            }
+        }
+        fn set_list<T>(field: &mut Vec<T>, flag: Vec<T>) {
+            if !flag.is_empty() {
+                *field = flag;
+            }
+        }
+        set(&mut self.grpc_addr, flags.grpc_addr);
+        set(&mut self.http_addr, flags.http_addr);
+        set(&mut self.ratelimit_config, flags.ratelimit_config.map(Some));
+        set_list(&mut self.policies, flags.policies);
+        set(&mut self.standalone, flags.standalone);
+        set_list(&mut self.allocators, flags.allocators);
+        set(&mut self.holder_id, flags.holder_id);
+        set(&mut self.allocator_tls, flags.allocator_tls.map(Some));
+        set(&mut self.insecure, flags.insecure);
+        set(&mut self.response_headers, flags.response_headers);
+        set(&mut self.listen_tls, flags.listen_tls.map(Some));
+        set(&mut self.listen_insecure, flags.listen_insecure);
+        set(&mut self.state_file, flags.state_file.map(Some));
+    }
+
+    /// The gRPC listen address.
+    pub fn grpc_listen(&self) -> Result<ListenAddr, ConfigError> {
+        validate::listen_addr("grpc_addr", &self.grpc_addr)
+    }
+
+    /// The HTTP listen address.
+    pub fn http_listen(&self) -> Result<ListenAddr, ConfigError> {
+        validate::listen_addr("http_addr", &self.http_addr)
+    }
+
+    /// The gRPC listener's TLS material: `None` serves plaintext.
+    pub fn listen_tls_pem(&self) -> Result<Option<TlsPem>, ConfigError> {
+        self.listen_tls
+            .as_ref()
+            .map(|files| {
+                files.load().map_err(|source| ConfigError::Tls {
+                    field: "listen_tls",
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    /// How to reach the allocators: mutual TLS with `allocator_tls`, or plaintext when
+    /// `insecure`. Call on a validated configuration of a non-standalone agent.
+    pub fn allocator_transport(&self) -> Result<ClientTransport, ConfigError> {
+        match (&self.allocator_tls, self.insecure) {
+            (_, true) => Ok(ClientTransport::Plaintext),
+            (Some(files), false) => {
+                let pem = files.load().map_err(|source| ConfigError::Tls {
+                    field: "allocator_tls",
+                    source,
+                })?;
+                Ok(ClientTransport::MutualTls {
+                    pem,
+                    server_name: None,
+                })
+            }
+            (None, false) => Err(validate::invalid(
+                "allocator_tls",
+                "(none)",
+                "required unless `insecure: true` or `standalone: true`",
+            )),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Checks of a whole [`AgentConfig`]: every error names the field, the value and the reason.
+
+use super::{AgentConfig, ConfigError, TlsFiles};
+use crate::api::listen::ListenAddr;
+use leasehold_proto::transport::identity::validate_name;
+use leasehold_proto::transport::ADDRESS_LEN_MAX;
+use std::path::Path;
+
+/// Most policy files.
+pub const POLICY_FILES_MAX: usize = 1024;
+/// Most allocator addresses.
+pub const ALLOCATORS_MAX: usize = 16;
+/// Longest file path accepted, in bytes (Linux's `PATH_MAX`).
+pub const PATH_LEN_MAX: usize = 4096;
+
+pub(super) fn invalid(
+    field: &'static str,
+    value: impl std::fmt::Display,
+    reason: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+pub(super) fn listen_addr(field: &'static str, text: &str) -> Result<ListenAddr, ConfigError> {
+    text.parse::<ListenAddr>().map_err(|e| match e {
+        crate::api::listen::ListenError::Parse { addr, reason } => invalid(field, addr, reason),
+        other => invalid(field, text, other.to_string()),
+    })
+}
+
+impl AgentConfig {
+    /// Checks every field and the combinations between them.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let grpc = self.grpc_listen()?;
+        let http = self.http_listen()?;
+        let ephemeral = matches!(&grpc, ListenAddr::Tcp(a) if a.port() == 0);
+        if grpc == http && !ephemeral {
+            return Err(invalid(
+                "http_addr",
+                &self.http_addr,
+                "the same address as grpc_addr",
+            ));
+        }
+        validate_name(&self.holder_id)
+            .map_err(|e| invalid("holder_id", &self.holder_id, e.to_string()))?;
+        self.check_files()?;
+        self.check_grantor()?;
+        self.check_listener(&grpc)
+    }
+
+    fn check_files(&self) -> Result<(), ConfigError> {
+        if self.policies.len() > POLICY_FILES_MAX {
+            return Err(invalid(
+                "policies",
+                format!("{} files", self.policies.len()),
+                format!("at most {POLICY_FILES_MAX} policy files"),
+            ));
+        }
+        for p in &self.policies {
+            path("policies", p)?;
+        }
+        if let Some(p) = &self.ratelimit_config {
+            path("ratelimit_config", p)?;
+        }
+        if let Some(p) = &self.state_file {
+            path("state_file", p)?;
+        }
+        for (field, tls) in [
+            ("allocator_tls", &self.allocator_tls),
+            ("listen_tls", &self.listen_tls),
+        ] {
+            if let Some(files) = tls {
+                tls_paths(field, files)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A standalone agent leases from itself; any other needs allocators and a transport.
+    fn check_grantor(&self) -> Result<(), ConfigError> {
+        if self.standalone {
+            let unused = "not used with `standalone: true` (leases come from this process)";
+            if !self.allocators.is_empty() {
+                return Err(invalid("allocators", self.allocators.join(","), unused));
+            }
+            if self.allocator_tls.is_some() {
+                return Err(invalid("allocator_tls", "(set)", unused));
+            }
+            if self.insecure {
+                return Err(invalid("insecure", true, unused));
+            }
+            return Ok(());
+        }
+        if self.allocators.is_empty() {
+            return Err(invalid(
+                "allocators",
+                "[]",
+                "at least one allocator address is required unless `standalone: true`",
+            ));
+        }
+        if self.allocators.len() > ALLOCATORS_MAX {
+            return Err(invalid(
+                "allocators",
+                format!("{} addresses", self.allocators.len()),
+                format!("at most {ALLOCATORS_MAX}"),
+            ));
+        }
+        for (i, a) in self.allocators.iter().enumerate() {
+            allocator_addr(a)?;
+            if self.allocators[..i].contains(a) {
+                return Err(invalid("allocators", a, "listed twice"));
+            }
+        }
+        match (&self.allocator_tls, self.insecure) {
+            (None, false) => Err(invalid(
+                "allocator_tls",
+                "(none)",
+                "required unless `insecure: true` (a cluster without TLS)",
+            )),
+            (Some(_), true) => Err(invalid(
+                "insecure",
+                true,
+                "cannot be combined with allocator_tls",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Plaintext gRPC is the default only where no other host can connect.
+    fn check_listener(&self, grpc: &ListenAddr) -> Result<(), ConfigError> {
+        match (&self.listen_tls, self.listen_insecure) {
+            (Some(_), true) => Err(invalid(
+                "listen_insecure",
+                true,
+                "cannot be combined with listen_tls",
+            )),
+            (None, false) if !grpc.is_local() => Err(invalid(
+                "grpc_addr",
+                &self.grpc_addr,
+                "other hosts can connect to it: give listen_tls for mutual TLS, \
+                 or `listen_insecure: true` to serve plaintext anyway",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn path(field: &'static str, p: &Path) -> Result<(), ConfigError> {
+    let len = p.as_os_str().len();
+    if len == 0 {
+        return Err(invalid(field, "\"\"", "an empty path"));
+    }
+    if len > PATH_LEN_MAX {
+        return Err(invalid(
+            field,
+            format!("{len} bytes"),
+            format!("paths are at most {PATH_LEN_MAX} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn tls_paths(field: &'static str, files: &TlsFiles) -> Result<(), ConfigError> {
+    // The nested field is named in full, e.g. `listen_tls.key`.
+    let nested: [(&'static str, &Path); 3] = match field {
+        "listen_tls" => [
+            ("listen_tls.ca", &files.ca),
+            ("listen_tls.cert", &files.cert),
+            ("listen_tls.key", &files.key),
+        ],
+        _ => [
+            ("allocator_tls.ca", &files.ca),
+            ("allocator_tls.cert", &files.cert),
+            ("allocator_tls.key", &files.key),
+        ],
+    };
+    for (name, p) in nested {
+        path(name, p)?;
+    }
+    Ok(())
+}
+
+/// `host:port` with a non-empty host and a port in 1..=65535.
+fn allocator_addr(a: &str) -> Result<(), ConfigError> {
+    let bad = |reason: &str| Err(invalid("allocators", a, reason));
+    if a.len() > ADDRESS_LEN_MAX {
+        return bad("longer than 255 bytes");
+    }
+    if a.contains("://") {
+        return bad("give host:port without a scheme; TLS or not is set by allocator_tls");
+    }
+    let Some((host, port)) = a.rsplit_once(':') else {
+        return bad("expected host:port");
+    };
+    if host.is_empty() || host.chars().any(char::is_whitespace) {
+        return bad("expected host:port with a host name or IP address");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => bad("the port must be 1-65535"),
+    }
+}

@@ -28,6 +28,12 @@ pub struct LedgerFigures {
     pub reclaimed: u64,
     pub stranded: u64,
     pub dropped: u64,
+    /// Delegated nodes: credit received from, given back to, and lost with upstream leases.
+    pub upstream_received: u64,
+    pub upstream_returned: u64,
+    pub upstream_lost: u64,
+    /// Delegated nodes: credit of upstream leases not yet sub-leased.
+    pub upstream_idle: u64,
 }
 
 /// Sums a ledger's accounts per policy.
@@ -43,6 +49,12 @@ pub fn ledger_figures(ledger: &Ledger) -> BTreeMap<String, LedgerFigures> {
         f.reclaimed += acct.stats.reclaimed;
         f.stranded += acct.stats.stranded;
         f.dropped += acct.stats.dropped;
+        f.upstream_received += acct.stats.received;
+        f.upstream_returned += acct.stats.returned_upstream;
+        f.upstream_lost += acct.stats.lost_upstream;
+        if let leasehold_common::ledger::Supply::Upstream(u) = &acct.supply {
+            f.upstream_idle += u.idle;
+        }
     }
     out
 }
@@ -88,6 +100,21 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         "Credit that no longer fitted under a lowered cap (units).",
         |f| f.dropped,
     ),
+    (
+        "leasehold_upstream_credit_received",
+        "Credit received through upstream leases (delegated nodes; units).",
+        |f| f.upstream_received,
+    ),
+    (
+        "leasehold_upstream_credit_returned",
+        "Idle credit given back to the upstream cluster (delegated nodes; units).",
+        |f| f.upstream_returned,
+    ),
+    (
+        "leasehold_upstream_credit_lost",
+        "Idle credit lost when an upstream lease ran out or was revoked (delegated nodes; units).",
+        |f| f.upstream_lost,
+    ),
 ];
 
 const GAUGES: &[(&str, &str, Field)] = &[
@@ -105,6 +132,11 @@ const GAUGES: &[(&str, &str, Field)] = &[
         "leasehold_credit_outstanding",
         "Credit on lease, not yet reported spent or handed back (units).",
         |f| f.outstanding,
+    ),
+    (
+        "leasehold_upstream_credit_idle",
+        "Upstream credit not yet sub-leased (delegated nodes; units).",
+        |f| f.upstream_idle,
     ),
 ];
 

@@ -62,6 +62,9 @@ struct Args {
     /// Add x-ratelimit-* headers to Envoy responses.
     #[arg(long)]
     response_headers: bool,
+    /// Lease state file (a sled database): a restarted agent never spends credit twice.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
 }
 
 /// The in-process ledger of a standalone agent, or the allocator cluster.
@@ -173,12 +176,11 @@ async fn main() -> Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let grantor = grantor(&args)?;
-    let manager = LeaseManager::new(
-        ManagerConfig::new(args.holder_id.clone()),
-        grantor,
-        clock.clone(),
-        queue,
-    );
+    let mut manager_cfg = ManagerConfig::new(args.holder_id.clone());
+    manager_cfg.state_file = args.state_file.clone();
+    let manager = LeaseManager::open(manager_cfg, grantor, clock.clone(), queue)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_engine(Arc::clone(&engine));
     let manager_task = tokio::spawn(manager.run(rx.clone()));
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;

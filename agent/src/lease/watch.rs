@@ -12,7 +12,7 @@ use pb::watch_event::Event;
 use std::collections::BTreeMap;
 use tokio_stream::StreamExt;
 
-/// Milliseconds per 1000 seconds: a milli-rate is units per 1000 s.
+/// Nanoseconds in 1000 seconds: a rate in milli-units per second is units per 1000 s.
 const NS_PER_KILOSECOND: u64 = 1_000 * 1_000_000_000;
 
 /// The watch stream and where to resume it.

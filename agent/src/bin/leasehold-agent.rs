@@ -86,6 +86,9 @@ struct Args {
     /// Serve gRPC in plaintext on an address other hosts can reach.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     listen_insecure: Option<bool>,
+    /// Lease state file (a sled database): a restarted agent never spends credit twice.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -112,7 +115,7 @@ impl Args {
             response_headers: self.response_headers,
             listen_tls: tls_files(self.tls_ca, self.tls_cert, self.tls_key),
             listen_insecure: self.listen_insecure,
-            ..Overrides::default()
+            state_file: self.state_file,
         };
         (self.config, overrides)
     }
@@ -206,12 +209,11 @@ async fn main() -> Result<()> {
     );
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
-    let manager = LeaseManager::new(
-        ManagerConfig::new(cfg.holder_id.clone()),
-        grantor(&cfg, &policies)?,
-        clock.clone(),
-        queue,
-    );
+    let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());
+    manager_cfg.state_file = cfg.state_file.clone();
+    let manager = LeaseManager::open(manager_cfg, grantor(&cfg, &policies)?, clock.clone(), queue)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_engine(Arc::clone(&engine));
     let manager_task = tokio::spawn(manager.run(rx.clone()));
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;

@@ -65,6 +65,7 @@ pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
 use arc_swap::ArcSwap;
+use leasehold_common::policy::PolicyVersion;
 use leasehold_common::time::{Nanos, SharedClockGuard};
 use parking_lot::Mutex;
 use protect::Protector;
@@ -142,6 +143,54 @@ impl Engine {
         let set = RuleSet::build(rules, Some(&old), self.limits.key_len_max, wall)?;
         self.rules.store(Arc::new(set));
         Ok(())
+    }
+
+    /// Installs `pv` in place of the versions of its id (the allocator's watch stream
+    /// carries the newest version of a policy). Older versions stay only while `pv` is not
+    /// yet in force. Returns false, changing nothing, if this or a newer version is given.
+    pub fn install_policy(&self, pv: PolicyVersion) -> Result<bool, EngineError> {
+        let _guard = self.reload_lock.lock();
+        let old = self.rules.load_full();
+        let id = pv.policy.id.as_str();
+        let same_id = |p: &&PolicyVersion| p.policy.id == id;
+        if old
+            .source
+            .policies
+            .iter()
+            .filter(same_id)
+            .any(|p| p.version >= pv.version)
+        {
+            return Ok(false);
+        }
+        let wall = (self.wall_clock)();
+        let pending = pv.policy.effective_at.is_some_and(|at| at > wall);
+        let mut source = old.source.clone();
+        source.policies.retain(|p| p.policy.id != id || pending);
+        source.policies.push(pv);
+        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        self.rules.store(Arc::new(set));
+        Ok(true)
+    }
+
+    /// Removes every version of policy `id`; returns whether there was one.
+    pub fn remove_policy(&self, id: &str) -> Result<bool, EngineError> {
+        let _guard = self.reload_lock.lock();
+        let old = self.rules.load_full();
+        let mut source = old.source.clone();
+        source.policies.retain(|p| p.policy.id != id);
+        if source.policies.len() == old.source.policies.len() {
+            return Ok(false);
+        }
+        let wall = (self.wall_clock)();
+        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        self.rules.store(Arc::new(set));
+        Ok(true)
+    }
+
+    /// Ids of the policies in force.
+    pub fn policy_ids(&self) -> Vec<String> {
+        let rules = self.rules.load();
+        rules.policies.iter().map(|p| p.id.to_string()).collect()
     }
 
     /// The earliest `effective_at` of a given policy version not yet in force.

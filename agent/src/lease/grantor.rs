@@ -17,6 +17,10 @@ use thiserror::Error;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A holder's watch stream; it ends when the grantor closes it.
+pub type WatchStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WatchEvent, GrantorError>> + Send>>;
+
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum GrantorError {
     #[error("grantor unreachable: {0}")]
@@ -39,6 +43,13 @@ pub trait Grantor: Send + Sync + 'static {
         &self,
         req: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>>;
+
+    /// Opens the holder's watch stream (policy changes, emergency switches, revocations).
+    /// A grantor without one returns a stream that never yields.
+    fn watch(&self, _req: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
+        let never: WatchStream = Box::pin(tokio_stream::pending());
+        Box::pin(std::future::ready(Ok(never)))
+    }
 }
 
 /// An in-process root ledger: the grantor of `--standalone` agents and of tests.
@@ -297,5 +308,22 @@ impl Grantor for RemoteGrantor {
             let r = r.clone();
             async move { c.release(r).await }
         }))
+    }
+
+    fn watch(&self, r: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
+        Box::pin(async move {
+            let events = self
+                .call(move |mut c| {
+                    let r = r.clone();
+                    async move { c.watch(r).await }
+                })
+                .await?;
+            let stream: WatchStream = Box::pin(tokio_stream::StreamExt::map(events, |item| {
+                item.map_err(|s| {
+                    GrantorError::Unreachable(format!("watch stream: {}", s.message()))
+                })
+            }));
+            Ok(stream)
+        })
     }
 }

@@ -7,21 +7,37 @@
 //! (sized from measured demand), hands back credit well beyond its demand, releases keys that
 //! went idle, and releases everything with its exact final usage on shutdown.
 //!
-//! Not built yet: a durable high-water mark (a restarted agent starts with nothing and its old
-//! leases are written off as stranded), the watch stream (policy changes and revocations
-//! arrive at the next renewal), and signature checks of received leases.
+//! **Crash safety** ([`LeaseManager::with_store`], `--state-file`). Per lease, the manager
+//! makes a *mark* durable before the slot may hold credit up to it (see [`super::marks`]),
+//! a chunk ahead of spending, batched into one flush per tick. A restarted agent releases
+//! every lease of its previous run with `final_used` = its mark — at least what was spent —
+//! so the grantor never grants that credit again while it could have been spent, and gets
+//! the rest back at once. Request ids continue above the block reserved on disk. Without a
+//! store the agent starts with nothing and the old leases are written off at expiry.
+//!
+//! **Watch stream** ([`LeaseManager::with_engine`]). The manager follows the grantor's
+//! watch stream: a revoked lease's slot is closed at once; policy changes are installed in
+//! the engine (an agent needs no policy files of its own) and emergency switches reach
+//! it. A broken or silent stream is reopened with the last sequence number seen.
+//!
+//! Not built yet: signature checks of received leases.
 
 use super::grantor::{Grantor, GrantorError};
+use super::marks::MARK_UNBOUNDED;
+use super::state::{LeaseStore, StateError};
+use super::state_sled::SledStore;
+use super::watch::Watching;
 use crate::credit::{CreditSlot, SlotState};
-use crate::engine::{AcquireReceiver, AcquireRequest};
+use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_common::lease::HolderConfig;
 use leasehold_common::time::{Clock, Nanos, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-const NS_PER_MS: u64 = 1_000_000;
+pub(super) const NS_PER_MS: u64 = 1_000_000;
 
 #[derive(Clone, Debug)]
 pub struct ManagerConfig {
@@ -38,6 +54,17 @@ pub struct ManagerConfig {
     /// Wait before asking again after a denial or an unreachable grantor.
     pub retry_ms: u64,
     pub leases_max: usize,
+    /// With a state file: the smallest step by which a lease's durable mark is raised
+    /// (larger under higher demand), in units.
+    pub mark_chunk_min: u64,
+    /// A watch stream silent for this long is reopened, until a heartbeat names its
+    /// interval (then twice that).
+    pub watch_silence_max_ms: u64,
+    /// Wait before reopening a watch stream that could not be opened or ended.
+    pub watch_retry_ms: u64,
+    /// Where [`LeaseManager::open`] keeps the crash-safety state; None: start with
+    /// nothing after a restart.
+    pub state_file: Option<PathBuf>,
 }
 
 impl ManagerConfig {
@@ -51,6 +78,10 @@ impl ManagerConfig {
             idle_release_ms: 30_000,
             retry_ms: 250,
             leases_max: 100_000,
+            mark_chunk_min: 64,
+            watch_silence_max_ms: 15_000,
+            watch_retry_ms: 1_000,
+            state_file: None,
         }
     }
 }
@@ -65,39 +96,71 @@ pub struct ManagerCounters {
     pub unreachable: u64,
     /// Units released back unspent.
     pub reclaimed: u64,
+    /// Leases of a previous run released at start, and the units they gave back.
+    pub recovered: u64,
+    pub recovered_reclaimed: u64,
+    /// Durable writes of the state file, and those that failed.
+    pub state_commits: u64,
+    pub state_errors: u64,
+    /// Leases revoked over the watch stream, and watch streams opened.
+    pub revocations: u64,
+    pub watch_connects: u64,
+    pub policies_installed: u64,
 }
 
-struct Held {
-    policy_id: Arc<str>,
-    key: Box<str>,
-    slot: Arc<CreditSlot>,
-    lease_id: u64,
-    generation: u64,
-    deposited: u64,
-    withdrawn: u64,
-    reported_used: u64,
-    last_report: Nanos,
-    offered_at_report: u64,
-    deadline: Nanos,
-    priority: u8,
+pub(super) type HeldKey = (Arc<str>, Box<str>);
+
+pub(super) struct Held {
+    pub(super) policy_id: Arc<str>,
+    pub(super) key: Box<str>,
+    pub(super) slot: Arc<CreditSlot>,
+    pub(super) lease_id: u64,
+    pub(super) generation: u64,
+    /// Credit the grantor holds for us: granted minus handed back.
+    pub(super) credit: u64,
+    /// Units handed back, cumulative (the report's `return_credit`).
+    pub(super) returned: u64,
+    pub(super) deposited: u64,
+    pub(super) withdrawn: u64,
+    /// Durable mark (`MARK_UNBOUNDED` without a store).
+    pub(super) mark: u64,
+    pub(super) reported_used: u64,
+    pub(super) last_report: Nanos,
+    pub(super) offered_at_report: u64,
+    pub(super) deadline: Nanos,
+    pub(super) priority: u8,
 }
 
 impl Held {
-    fn spent(&self) -> u64 {
-        (self.deposited - self.withdrawn)
+    pub(super) fn in_slot(&self) -> u64 {
+        self.deposited - self.withdrawn
+    }
+
+    pub(super) fn spent(&self) -> u64 {
+        self.in_slot()
             .saturating_sub(self.slot.remaining())
             .max(self.reported_used)
     }
 }
 
 pub struct LeaseManager {
-    cfg: ManagerConfig,
-    grantor: Arc<dyn Grantor>,
-    clock: SystemClock,
+    pub(super) cfg: ManagerConfig,
+    pub(super) grantor: Arc<dyn Grantor>,
+    pub(super) clock: SystemClock,
     queue: AcquireReceiver,
-    held: BTreeMap<(Arc<str>, Box<str>), Held>,
+    pub(super) held: BTreeMap<HeldKey, Held>,
     waiting: Vec<(AcquireRequest, Nanos)>,
-    next_request: u64,
+    pub(super) next_request: u64,
+    pub(super) store: Option<Arc<dyn LeaseStore>>,
+    /// End of the request ids reserved on disk (unbounded without a store).
+    pub(super) request_ids_end: u64,
+    /// Leases closed here but still recorded in the store.
+    pub(super) forget: Vec<u64>,
+    /// Leases of a previous run not yet released (grantor unreachable), with their marks.
+    pub(super) orphans: BTreeMap<u64, u64>,
+    pub(super) engine: Option<Arc<Engine>>,
+    /// The store could not be read at start: nothing is acquired, so nothing is spent.
+    pub(super) store_unreadable: bool,
     pub counters: ManagerCounters,
 }
 
@@ -117,8 +180,45 @@ impl LeaseManager {
             held: BTreeMap::new(),
             waiting: Vec::new(),
             next_request: 0,
+            store: None,
+            request_ids_end: u64::MAX,
+            forget: Vec::new(),
+            orphans: BTreeMap::new(),
+            engine: None,
+            store_unreadable: false,
             counters: ManagerCounters::default(),
         }
+    }
+
+    /// [`LeaseManager::new`], keeping its state in `cfg.state_file` if one is given.
+    pub fn open(
+        cfg: ManagerConfig,
+        grantor: Arc<dyn Grantor>,
+        clock: SystemClock,
+        queue: AcquireReceiver,
+    ) -> Result<Self, StateError> {
+        let store = match &cfg.state_file {
+            Some(path) => Some(SledStore::open(path, cfg.leases_max)?),
+            None => None,
+        };
+        let manager = LeaseManager::new(cfg, grantor, clock, queue);
+        Ok(match store {
+            Some(store) => manager.with_store(Arc::new(store)),
+            None => manager,
+        })
+    }
+
+    /// Keeps crash-safety state in `store`: see the module doc.
+    pub fn with_store(mut self, store: Arc<dyn LeaseStore>) -> Self {
+        self.store = Some(store);
+        self.request_ids_end = 0;
+        self
+    }
+
+    /// Applies the watch stream's policy changes and emergency switches to `engine`.
+    pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
+        self.engine = Some(engine);
+        self
     }
 
     /// Runs until `shutdown` flips to true, then releases every lease.
@@ -126,7 +226,9 @@ impl LeaseManager {
         mut self,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> ManagerCounters {
+        self.recover().await;
         let tick = Duration::from_millis(self.cfg.tick_ms.max(1));
+        let mut watching = Watching::default();
         while !*shutdown.borrow() {
             tokio::select! {
                 changed = shutdown.changed() => {
@@ -134,24 +236,37 @@ impl LeaseManager {
                         break;
                     }
                 }
-                _ = tokio::time::sleep(tick) => self.step().await,
+                event = watching.next() => self.on_watch_item(&mut watching, event).await,
+                _ = tokio::time::sleep(tick) => {
+                    self.step().await;
+                    self.keep_watching(&mut watching).await;
+                }
             }
         }
         self.release_all().await;
         self.counters
     }
 
-    fn request_id(&mut self) -> u64 {
+    pub(super) fn request_id(&mut self) -> u64 {
         self.next_request += 1;
+        debug_assert!(self.next_request < self.request_ids_end);
         self.next_request
     }
 
-    /// One round: new keys, retries, renewals, idle releases.
+    /// One round: new keys, retries, renewals, idle releases, then the durable marks and
+    /// the deposits they allow.
     pub async fn step(&mut self) {
         let now = self.clock.now();
         while let Ok(req) = self.queue.try_recv() {
             self.waiting.push((req, now));
         }
+        // Every call below takes at most this many ids: an acquire per waiting key, and per
+        // held lease a report plus the release and restart of a replacement.
+        let ids = self.waiting.len() + 3 * self.held.len() + self.orphans.len();
+        if !self.reserve_request_ids(ids as u64).await {
+            return;
+        }
+        self.retry_orphans().await;
         let due: Vec<(AcquireRequest, Nanos)> = std::mem::take(&mut self.waiting);
         for (req, at) in due {
             if at > now {
@@ -160,10 +275,11 @@ impl LeaseManager {
                 self.acquire(req).await;
             }
         }
-        let keys: Vec<(Arc<str>, Box<str>)> = self.held.keys().cloned().collect();
+        let keys: Vec<HeldKey> = self.held.keys().cloned().collect();
         for k in keys {
             self.maintain(k, now).await;
         }
+        self.top_up(now).await;
     }
 
     async fn acquire(&mut self, req: AcquireRequest) {
@@ -206,9 +322,11 @@ impl LeaseManager {
         }
     }
 
-    fn start(&mut self, req: AcquireRequest, lease: pb::Lease, sent_at: Nanos) {
+    /// Takes a granted lease into the books. Its credit reaches the slot in
+    /// [`LeaseManager::top_up`], once a mark allows it.
+    pub(super) fn start(&mut self, req: AcquireRequest, lease: pb::Lease, sent_at: Nanos) {
         let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
-        req.slot.deposit(lease.credit, deadline.0);
+        req.slot.deposit(0, deadline.0);
         req.slot.set_state(SlotState::Active);
         let held = Held {
             policy_id: Arc::clone(&req.policy_id),
@@ -217,8 +335,15 @@ impl LeaseManager {
             slot: req.slot,
             lease_id: lease.lease_id,
             generation: lease.generation,
-            deposited: lease.credit,
+            credit: lease.credit,
+            returned: 0,
+            deposited: 0,
             withdrawn: 0,
+            mark: if self.store.is_some() {
+                0
+            } else {
+                MARK_UNBOUNDED
+            },
             reported_used: 0,
             last_report: sent_at,
             deadline,
@@ -228,136 +353,19 @@ impl LeaseManager {
             .insert((held.policy_id.clone(), held.key.clone()), held);
     }
 
-    /// Demand in units per second since the last report, and the credit wanted for the
-    /// refresh horizon at that demand.
-    fn demand(&self, h: &Held, now: Nanos) -> (u64, u64) {
-        let elapsed_ns = now.saturating_since(h.last_report).max(1);
-        let offered = h.slot.offered().saturating_sub(h.offered_at_report);
-        let per_sec = u64::try_from(u128::from(offered) * 1_000_000_000 / u128::from(elapsed_ns))
-            .unwrap_or(u64::MAX);
-        let horizon = per_sec.saturating_mul(self.cfg.holder.refresh_horizon_ms) / 1_000;
-        (per_sec, horizon.max(1))
-    }
-
-    async fn maintain(&mut self, k: (Arc<str>, Box<str>), now: Nanos) {
-        let Some(h) = self.held.get(&k) else { return };
-        if now >= h.deadline {
-            // Expired before a renewal got through: stop; the grantor writes it off.
-            let h = self.held.remove(&k).expect("present");
-            h.slot.close();
-            h.slot.set_state(SlotState::Idle);
-            return;
-        }
-        let idle_ns = self.cfg.idle_release_ms * NS_PER_MS;
-        if now.0.saturating_sub(h.slot.last_offered_ns()) >= idle_ns
-            && now.saturating_since(h.last_report) >= idle_ns
-        {
-            let h = self.held.remove(&k).expect("present");
-            self.release(h).await;
-            return;
-        }
-        let (_, horizon) = self.demand(h, now);
-        let report_due =
-            now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
-        let running_low = 2 * h.slot.remaining() < horizon;
-        let expiring = h.deadline.saturating_since(now) < self.cfg.holder.refresh_horizon_ns();
-        if report_due || running_low || expiring {
-            self.report(k, now).await;
-        }
-    }
-
-    async fn report(&mut self, k: (Arc<str>, Box<str>), now: Nanos) {
-        let request_id = self.request_id();
-        let (per_sec, horizon) = {
-            let h = &self.held[&k];
-            self.demand(h, now)
-        };
-        let h = self.held.get_mut(&k).expect("present");
-        // Credit far beyond demand goes back, so idle credit flows to where demand is.
-        let surplus = h.slot.remaining().saturating_sub(4 * horizon);
-        if surplus > 0 {
-            h.withdrawn += h.slot.withdraw(surplus);
-        }
-        let used = h.spent();
-        let want = (2 * horizon).saturating_sub(h.slot.remaining());
-        let r = pb::ReportRequest {
-            holder_id: self.cfg.holder_id.clone(),
-            lease_id: h.lease_id,
-            used,
-            return_credit: h.withdrawn,
-            want_credit: want,
-            demand_milli_units_per_sec: per_sec.saturating_mul(1_000),
-            request_id,
-            policy_version: 0,
-        };
-        self.counters.reports += 1;
-        let sent_at = now;
-        match self.grantor.report(r).await {
-            Ok(resp) => {
-                let h = self.held.get_mut(&k).expect("present");
-                h.reported_used = used;
-                h.last_report = sent_at;
-                h.offered_at_report = h.slot.offered();
-                if let Some(lease) = resp.lease {
-                    let held_credit = h.deposited - h.withdrawn;
-                    let added = lease.credit.saturating_sub(held_credit);
-                    if lease.generation > h.generation {
-                        h.generation = lease.generation;
-                        h.deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
-                    }
-                    h.deposited += added;
-                    h.slot.deposit(added, h.deadline.0);
-                }
-                if let Some(new) = resp.replacement {
-                    let old = self.held.remove(&k).expect("present");
-                    let req = AcquireRequest {
-                        policy_id: old.policy_id.clone(),
-                        policy_version: new.policy_version,
-                        key: old.key.clone(),
-                        slot: Arc::clone(&old.slot),
-                        priority: old.priority,
-                    };
-                    self.release(old).await;
-                    self.start(req, new, sent_at);
-                }
-            }
-            Err(GrantorError::Unreachable(_)) => {
-                self.counters.unreachable += 1;
-                self.held[&k].slot.set_state(SlotState::Unreachable);
-            }
-            Err(GrantorError::Refused { .. }) => {
-                // Closed, expired or revoked at the grantor: stop spending it; a later
-                // request for the key asks for a new lease.
-                let h = self.held.remove(&k).expect("present");
-                self.release(h).await;
-            }
-        }
-    }
-
-    /// Closes the slot and releases the lease with its exact final usage.
-    async fn release(&mut self, h: Held) {
-        let unspent = h.slot.close();
-        let final_used = (h.deposited - h.withdrawn)
-            .saturating_sub(unspent)
-            .max(h.reported_used);
-        let r = pb::ReleaseRequest {
-            holder_id: self.cfg.holder_id.clone(),
-            lease_id: h.lease_id,
-            final_used,
-            request_id: self.request_id(),
-        };
-        self.counters.releases += 1;
-        if let Ok(resp) = self.grantor.release(r).await {
-            self.counters.reclaimed += resp.reclaimed;
-        }
-        h.slot.set_state(SlotState::Idle);
-    }
-
     /// Releases every lease (graceful shutdown).
     pub async fn release_all(&mut self) {
         let all = std::mem::take(&mut self.held);
+        if !self.reserve_request_ids(all.len() as u64).await {
+            // Without ids on disk a release could repeat an old id; the leases expire.
+            for h in all.into_values() {
+                h.slot.close();
+            }
+            return;
+        }
         for (_, h) in all {
             self.release(h).await;
         }
+        self.commit_pending().await;
     }
 }

@@ -1,8 +1,16 @@
-//! The holder side of the lease protocol: grantors and the lease manager.
+//! The holder side of the lease protocol: grantors, the lease manager and its state file.
 
 pub mod grantor;
 pub mod manager;
+pub mod marks;
+mod persist;
+mod renew;
+pub mod state;
+pub mod state_sled;
+mod watch;
 pub mod wire;
 
-pub use grantor::{Grantor, GrantorError, LocalGrantor, RemoteGrantor};
+pub use grantor::{Grantor, GrantorError, LocalGrantor, RemoteGrantor, WatchStream};
 pub use manager::{LeaseManager, ManagerConfig, ManagerCounters};
+pub use state::{LeaseStore, MemoryStore, Recorded, StateBatch, StateError};
+pub use state_sled::SledStore;

@@ -1,0 +1,155 @@
+//! Keeping held leases alive: reports, renewals, hand-backs and releases.
+
+use super::grantor::GrantorError;
+use super::manager::{Held, HeldKey, LeaseManager, NS_PER_MS};
+use crate::credit::SlotState;
+use crate::engine::AcquireRequest;
+use leasehold_common::time::Nanos;
+use leasehold_proto::leasehold::v1 as pb;
+use std::sync::Arc;
+
+impl LeaseManager {
+    /// Demand in units per second since the last report, and the credit wanted for the
+    /// refresh horizon at that demand.
+    pub(super) fn demand(&self, h: &Held, now: Nanos) -> (u64, u64) {
+        let elapsed_ns = now.saturating_since(h.last_report).max(1);
+        let offered = h.slot.offered().saturating_sub(h.offered_at_report);
+        let per_sec = u64::try_from(u128::from(offered) * 1_000_000_000 / u128::from(elapsed_ns))
+            .unwrap_or(u64::MAX);
+        let horizon = per_sec.saturating_mul(self.cfg.holder.refresh_horizon_ms) / 1_000;
+        (per_sec, horizon.max(1))
+    }
+
+    pub(super) async fn maintain(&mut self, k: HeldKey, now: Nanos) {
+        let Some(h) = self.held.get(&k) else { return };
+        if now >= h.deadline {
+            // Expired before a renewal got through: stop; the grantor writes it off.
+            let h = self.held.remove(&k).expect("present");
+            h.slot.close();
+            h.slot.set_state(SlotState::Idle);
+            self.forget.push(h.lease_id);
+            return;
+        }
+        let idle_ns = self.cfg.idle_release_ms * NS_PER_MS;
+        if now.0.saturating_sub(h.slot.last_offered_ns()) >= idle_ns
+            && now.saturating_since(h.last_report) >= idle_ns
+        {
+            let h = self.held.remove(&k).expect("present");
+            self.release(h).await;
+            return;
+        }
+        let (_, horizon) = self.demand(h, now);
+        let report_due =
+            now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
+        let unspent = h.slot.remaining() + (h.credit - h.in_slot());
+        let running_low = 2 * unspent < horizon;
+        let expiring = h.deadline.saturating_since(now) < self.cfg.holder.refresh_horizon_ns();
+        if report_due || running_low || expiring {
+            self.report(k, now).await;
+        }
+    }
+
+    async fn report(&mut self, k: HeldKey, now: Nanos) {
+        let request_id = self.request_id();
+        let (per_sec, horizon) = {
+            let h = &self.held[&k];
+            self.demand(h, now)
+        };
+        let h = self.held.get_mut(&k).expect("present");
+        // Credit far beyond demand goes back, so idle credit flows to where demand is:
+        // first what the mark held back from the slot, then from the slot itself.
+        let held_back = h.credit - h.in_slot();
+        let surplus = (h.slot.remaining() + held_back).saturating_sub(4 * horizon);
+        if surplus > 0 {
+            let from_back = surplus.min(held_back);
+            let from_slot = h.slot.withdraw(surplus - from_back);
+            h.withdrawn += from_slot;
+            h.returned += from_back + from_slot;
+            h.credit -= from_back + from_slot;
+        }
+        let used = h.spent();
+        let unspent = h.slot.remaining() + (h.credit - h.in_slot());
+        let r = pb::ReportRequest {
+            holder_id: self.cfg.holder_id.clone(),
+            lease_id: h.lease_id,
+            used,
+            return_credit: h.returned,
+            want_credit: (2 * horizon).saturating_sub(unspent),
+            demand_milli_units_per_sec: per_sec.saturating_mul(1_000),
+            request_id,
+            policy_version: 0,
+        };
+        self.counters.reports += 1;
+        let sent_at = now;
+        match self.grantor.report(r).await {
+            Ok(resp) => self.renewed(k, resp, used, sent_at).await,
+            Err(GrantorError::Unreachable(_)) => {
+                self.counters.unreachable += 1;
+                self.held[&k].slot.set_state(SlotState::Unreachable);
+            }
+            Err(GrantorError::Refused { .. }) => {
+                // Closed, expired or revoked at the grantor: stop spending it; a later
+                // request for the key asks for a new lease.
+                let h = self.held.remove(&k).expect("present");
+                self.release(h).await;
+            }
+        }
+    }
+
+    async fn renewed(&mut self, k: HeldKey, resp: pb::ReportResponse, used: u64, sent_at: Nanos) {
+        let h = self.held.get_mut(&k).expect("present");
+        h.reported_used = used;
+        h.last_report = sent_at;
+        h.offered_at_report = h.slot.offered();
+        if h.slot.state() == SlotState::Unreachable {
+            h.slot.set_state(SlotState::Active);
+        }
+        if let Some(lease) = resp.lease {
+            h.credit = h.credit.max(lease.credit);
+            if lease.generation > h.generation {
+                h.generation = lease.generation;
+                h.deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+                // Moves the deadline; new credit follows once the mark allows it.
+                h.slot.deposit(0, h.deadline.0);
+            }
+        }
+        if let Some(new) = resp.replacement {
+            let old = self.held.remove(&k).expect("present");
+            let req = AcquireRequest {
+                policy_id: old.policy_id.clone(),
+                policy_version: new.policy_version,
+                key: old.key.clone(),
+                slot: Arc::clone(&old.slot),
+                priority: old.priority,
+            };
+            self.release(old).await;
+            self.start(req, new, sent_at);
+        }
+    }
+
+    /// Closes the slot and releases the lease with its exact final usage.
+    pub(super) async fn release(&mut self, h: Held) {
+        let unspent = h.slot.close();
+        let final_used = h.in_slot().saturating_sub(unspent).max(h.reported_used);
+        let r = pb::ReleaseRequest {
+            holder_id: self.cfg.holder_id.clone(),
+            lease_id: h.lease_id,
+            final_used,
+            request_id: self.request_id(),
+        };
+        self.counters.releases += 1;
+        match self.grantor.release(r).await {
+            Ok(resp) => {
+                self.counters.reclaimed += resp.reclaimed;
+                self.forget.push(h.lease_id);
+            }
+            Err(GrantorError::Refused { .. }) => self.forget.push(h.lease_id),
+            // Asked again every step; its record stays in the store until then, so a
+            // restart in between releases it with its mark.
+            Err(GrantorError::Unreachable(_)) => {
+                self.orphans.insert(h.lease_id, final_used);
+            }
+        }
+        h.slot.set_state(SlotState::Idle);
+    }
+}

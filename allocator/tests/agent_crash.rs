@@ -122,7 +122,33 @@ fn start_agent(bin: &Path, dir: &Path, server: &str, state: Option<&Path>) -> (P
     if let Some(state) = state {
         cmd.arg("--state-file").arg(state);
     }
-    (Proc(cmd.spawn().unwrap()), http)
+    let proc = Proc(cmd.spawn().unwrap());
+    wait_ready(http);
+    (proc, http)
+}
+
+/// Waits for `/readyz` to answer 200: the agent has its policies from the allocator (a
+/// gateway sends no traffic to an agent that is not ready).
+fn wait_ready(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = std::net::TcpStream::connect(("127.0.0.1", port))
+            .and_then(|mut s| {
+                s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
+                let mut resp = String::new();
+                s.read_to_string(&mut resp)?;
+                Ok(resp.starts_with("HTTP/1.1 200"))
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agent on :{port} never became ready"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// One `POST /v1/admit`; None while the agent is not listening.
@@ -192,7 +218,11 @@ fn crash_and_restart(bin: &Path, with_state: bool) -> Outcome {
         "state {with_state}: first {admitted}, second {second}, {:?}",
         started.elapsed()
     );
-    assert!(second > 0, "the restarted run admitted nothing");
+    // Without a state file the killed run's lease keeps its unspent credit out of reach
+    // until it expires, so the restarted run may be denied throughout.
+    if with_state {
+        assert!(second > 0, "the restarted run admitted nothing");
+    }
     admitted += second;
     Outcome {
         admitted,
@@ -224,11 +254,7 @@ fn a_killed_agent_restarted_with_its_state_file_settles_the_old_lease_at_once() 
     }
 }
 
-/// Ignored: against the allocator binary even the first run alone admits more than
-/// B + r·T (about 360 in 2 s at B = 100, r = 50/s), with or without a state file, so the
-/// excess is not from the restart; it has to be explained on the grantor side first.
 #[test]
-#[ignore = "first run alone exceeds B + r·T against the allocator binary"]
 fn a_killed_and_restarted_agent_admits_at_most_b_plus_rt() {
     let bin = agent_binary();
     for with_state in [true, false] {

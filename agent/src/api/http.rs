@@ -45,12 +45,33 @@ struct DimensionBody {
     entries: BTreeMap<String, String>,
 }
 
+/// Whether the agent may serve; the reason when it may not.
+pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// The HTTP API of an agent that is always ready (its rules are local).
 pub fn router(engine: Arc<Engine>, clock: SystemClock) -> Router {
+    router_with_readiness(engine, clock, Arc::new(|| Ok(())))
+}
+
+/// The HTTP API; `/readyz` answers 503 with the reason while `ready` says no.
+pub fn router_with_readiness(engine: Arc<Engine>, clock: SystemClock, ready: Readiness) -> Router {
+    let readyz = move || {
+        let ready = Arc::clone(&ready);
+        async move {
+            match ready() {
+                Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+                Err(why) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                ),
+            }
+        }
+    };
     Router::new()
         .route("/v1/admit", post(admit))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ready\n" }))
+        .route("/readyz", get(readyz))
         .with_state(Http { engine, clock })
 }
 

@@ -214,6 +214,19 @@ async fn main() -> Result<()> {
     let manager = LeaseManager::open(manager_cfg, grantor(&cfg, &policies)?, clock.clone(), queue)
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_engine(Arc::clone(&engine));
+    // Rules from the allocator: not ready before its current policies arrived.
+    let readiness: http::Readiness = if cfg.standalone || cfg.allocators.is_empty() {
+        Arc::new(|| Ok(()))
+    } else {
+        let synced = manager.policies_synced();
+        Arc::new(move || {
+            if synced.load(std::sync::atomic::Ordering::Acquire) {
+                Ok(())
+            } else {
+                Err("policies not yet received from the allocator".into())
+            }
+        })
+    };
     let manager_task = tokio::spawn(manager.run(rx.clone()));
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
@@ -239,7 +252,7 @@ async fn main() -> Result<()> {
 
     let http_listener = cfg.http_listen()?.bind().await?;
     tracing::info!(addr = %http_listener.local_addr()?, "HTTP listening");
-    let router = http::router(Arc::clone(&engine), clock);
+    let router = http::router_with_readiness(Arc::clone(&engine), clock, readiness);
     let http_task = tokio::spawn(serve_http(router, http_listener, stopped(rx)));
 
     shutdown_signal().await;

@@ -263,7 +263,7 @@ impl RemoteGrantor {
                     }
                     last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
                 }
-                Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
+                Err(s) if !is_answer(s.code()) => {
                     self.prefer(&addr, false);
                     last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
                 }
@@ -277,6 +277,26 @@ impl RemoteGrantor {
         }
         Err(last)
     }
+}
+
+/// Whether a status is the grantor's answer about the request (the lease is unknown, the
+/// caller may not, the request is invalid) rather than a failure to get one: a connection
+/// cut mid-call surfaces as `Unknown`, `Cancelled` or `Internal`, and must not make a
+/// holder drop a lease it may still spend.
+fn is_answer(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        InvalidArgument
+            | NotFound
+            | AlreadyExists
+            | PermissionDenied
+            | ResourceExhausted
+            | FailedPrecondition
+            | OutOfRange
+            | Unauthenticated
+            | Unimplemented
+    )
 }
 
 impl Grantor for RemoteGrantor {

@@ -162,6 +162,8 @@ pub struct LeaseManager {
     /// The store could not be read at start: nothing is acquired, so nothing is spent.
     pub(super) store_unreadable: bool,
     pub counters: ManagerCounters,
+    /// Set once the watch stream delivered the grantor's current policies and switches.
+    pub(super) synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LeaseManager {
@@ -187,6 +189,7 @@ impl LeaseManager {
             engine: None,
             store_unreadable: false,
             counters: ManagerCounters::default(),
+            synced: Arc::default(),
         }
     }
 
@@ -216,6 +219,12 @@ impl LeaseManager {
     }
 
     /// Applies the watch stream's policy changes and emergency switches to `engine`.
+    /// True once the watch stream delivered the grantor's current policies and switches:
+    /// before that, an agent that takes its rules from the allocator is not ready to serve.
+    pub fn policies_synced(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        Arc::clone(&self.synced)
+    }
+
     pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
         self.engine = Some(engine);
         self

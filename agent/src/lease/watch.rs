@@ -120,6 +120,9 @@ impl LeaseManager {
         match ev.event {
             Some(Event::Heartbeat(hb)) => {
                 w.silence_ns = hb.interval_ms.saturating_mul(2 * NS_PER_MS);
+                // The grantor's current state ends with a heartbeat.
+                self.synced
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
             Some(Event::Revoked(r)) => self.revoke(r).await,
             Some(Event::PolicyChanged(c)) => self.policy_changed(c, &w.emergencies),

@@ -60,6 +60,7 @@ fn pending(
     after_seq: u64,
     max: usize,
     first: bool,
+    heartbeat_ms: u64,
 ) -> Vec<pb::WatchEvent> {
     let wanted = |policy_id: &str| {
         req.policy_ids.is_empty() || req.policy_ids.iter().any(|p| p == policy_id)
@@ -67,7 +68,7 @@ fn pending(
     // `after_seq` stays 0 while no event exists at all: only the first read starts fresh.
     // The current state stands for every event up to now, so none of them follows it.
     if state.needs_catch_up(after_seq) && (first || after_seq > 0) {
-        return current_state(state, req);
+        return current_state(state, req, heartbeat_ms);
     }
     let mut out = Vec::new();
     for Event { seq, kind } in state.events_after(after_seq) {
@@ -108,7 +109,11 @@ fn pending(
 
 /// The current state of every watched policy and switch, as events at the newest sequence
 /// number: what a fresh or too-far-behind holder sees before the events that follow.
-fn current_state(state: &AllocatorState, req: &pb::WatchRequest) -> Vec<pb::WatchEvent> {
+fn current_state(
+    state: &AllocatorState,
+    req: &pb::WatchRequest,
+    heartbeat_ms: u64,
+) -> Vec<pb::WatchEvent> {
     let seq = state.next_event_seq() - 1;
     let wanted = |policy_id: &str| {
         req.policy_ids.is_empty() || req.policy_ids.iter().any(|p| p == policy_id)
@@ -129,12 +134,18 @@ fn current_state(state: &AllocatorState, req: &pb::WatchRequest) -> Vec<pb::Watc
         .emergencies()
         .filter(|e| wanted(&e.policy_id))
         .map(|e| pb::watch_event::Event::Emergency(emergency_to_pb(e)));
-    // The last (possibly empty) event moves the holder's cursor to `seq`.
+    // A heartbeat ends the current state (so the holder knows it has all of it, even when
+    // it is empty) and moves the holder's cursor to `seq`.
+    let end = pb::watch_event::Event::Heartbeat(pb::Heartbeat {
+        interval_ms: heartbeat_ms,
+    });
     policies
         .chain(switches)
-        .map(Some)
-        .chain(std::iter::once(None))
-        .map(|event| pb::WatchEvent { seq, event })
+        .chain(std::iter::once(end))
+        .map(|event| pb::WatchEvent {
+            seq,
+            event: Some(event),
+        })
         .collect()
 }
 
@@ -149,8 +160,8 @@ pub fn watch_stream<R: Replica<AllocatorState>>(
         let mut last_sent = Instant::now();
         let mut first = true;
         loop {
-            let (r, batch) = (req.clone(), settings.batch_max);
-            let read = replica.read(move |s| pending(s, &r, after, batch, first));
+            let (r, batch, hb) = (req.clone(), settings.batch_max, settings.heartbeat_ms);
+            let read = replica.read(move |s| pending(s, &r, after, batch, first, hb));
             first = false;
             let events = match read.await {
                 Ok(events) => events,
@@ -237,7 +248,7 @@ mod tests {
     fn a_holder_too_far_behind_gets_the_current_state_first() {
         let mut state = AllocatorState::new(LedgerConfig::root("g"));
         apply(&mut state, 1);
-        let fresh = pending(&state, &req(), 0, 1_000, true);
+        let fresh = pending(&state, &req(), 0, 1_000, true, 1_000);
         assert_eq!(
             versions(&fresh),
             vec![1],
@@ -248,7 +259,7 @@ mod tests {
             apply(&mut state, rate);
         }
         let newest = state.policies().get("api").unwrap().version;
-        let behind = pending(&state, &req(), 1, 1, false);
+        let behind = pending(&state, &req(), 1, 1, false, 1_000);
         assert_eq!(versions(&behind), vec![newest], "{behind:?}");
         let cursor = behind.last().unwrap().seq;
         assert_eq!(
@@ -256,15 +267,19 @@ mod tests {
             state.next_event_seq() - 1,
             "cursor moves to the newest"
         );
-        let current = pending(&state, &req(), state.next_event_seq() - 1, 10, false);
+        let current = pending(&state, &req(), state.next_event_seq() - 1, 10, false, 1_000);
         assert!(current.is_empty(), "up to date: nothing to send");
     }
 
     #[test]
     fn no_events_at_all_means_one_catch_up_only() {
         let state = AllocatorState::new(LedgerConfig::root("g"));
-        let first = pending(&state, &req(), 0, 10, true);
-        assert!(first.iter().all(|e| e.event.is_none() && e.seq == 0));
-        assert!(pending(&state, &req(), 0, 10, false).is_empty());
+        let first = pending(&state, &req(), 0, 10, true, 1_000);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(matches!(
+            first[0].event,
+            Some(pb::watch_event::Event::Heartbeat(_))
+        ));
+        assert!(pending(&state, &req(), 0, 10, false, 1_000).is_empty());
     }
 }

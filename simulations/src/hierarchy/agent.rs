@@ -47,6 +47,10 @@ pub struct Agent {
     request: u64,
     lease: Option<Held>,
     next_report_ns: u64,
+    /// No early (running-low) refresh before then.
+    early_refresh_after_ns: u64,
+    /// A refused acquire is not repeated before the grantor's retry hint.
+    acquire_after_ns: u64,
     offered_since_report: u64,
     last_report_ns: u64,
     demand_per_sec: u64,
@@ -72,6 +76,8 @@ impl Agent {
             request: 0,
             lease: None,
             next_report_ns: 0,
+            early_refresh_after_ns: 0,
+            acquire_after_ns: 0,
             offered_since_report: 0,
             last_report_ns: 0,
             demand_per_sec: 0,
@@ -173,7 +179,7 @@ impl Agent {
         if !ignores_expiry && self.lease.as_ref().is_some_and(|l| now.0 >= l.deadline_ns) {
             self.lease = None;
         }
-        if self.lease.is_none() && offered > 0 {
+        if self.lease.is_none() && offered > 0 && now.0 >= self.acquire_after_ns {
             self.acquire(&mut link, now, offered, cfg);
         }
         let mut t = StepTotals {
@@ -214,10 +220,11 @@ impl Agent {
         }
         t.rejected = rest - t.fail_open - t.restricted;
         // Refresh before empty: report early once less than half a horizon's demand is left.
-        let low = self
-            .lease
-            .as_ref()
-            .is_some_and(|l| 2 * l.credit.saturating_sub(l.spent) < self.want(cfg));
+        let low = now.0 >= self.early_refresh_after_ns
+            && self
+                .lease
+                .as_ref()
+                .is_some_and(|l| 2 * l.credit.saturating_sub(l.spent) < self.want(cfg));
         if now.0 >= self.next_report_ns || low {
             self.report(&mut link, now, cfg);
         }
@@ -248,7 +255,15 @@ impl Agent {
             request_id: self.next_request(),
             priority: 0,
         });
-        if let Some(Ok(Outcome::Granted(g))) = self.call(link, cmd) {
+        let g = match self.call(link, cmd) {
+            Some(Ok(Outcome::Granted(g))) => g,
+            Some(Ok(Outcome::Denied { retry_after_ns, .. })) => {
+                self.acquire_after_ns = now.0 + retry_hint_ns(retry_after_ns, cfg);
+                return;
+            }
+            _ => return,
+        };
+        {
             self.lease = Some(Held {
                 lease_id: g.lease.lease_id,
                 credit: g.lease.credit,
@@ -294,13 +309,16 @@ impl Agent {
         match self.call(link, cmd) {
             // Unreachable: keep the lease for as long as the failure behaviour allows.
             None => {}
-            Some(Ok(Outcome::Granted(g))) => self.on_renewal(now, &g),
+            Some(Ok(Outcome::Granted(g))) => self.on_renewal(now, &g, cfg),
             // Closed, expired or otherwise refused: stop using it; acquire afresh.
             Some(_) => self.lease = None,
         }
     }
 
-    fn on_renewal(&mut self, now: Nanos, g: &Grant) {
+    fn on_renewal(&mut self, now: Nanos, g: &Grant, cfg: &HierarchyConfig) {
+        // Early refreshes are spaced out: while the grantor is contended a holder stays
+        // "low" after every renewal, and asking every step would only load the grantor.
+        self.early_refresh_after_ns = now.0 + cfg.report_every_ms * 1_000_000 / 4;
         if let Some(l) = &mut self.lease {
             l.credit = g.lease.credit;
             if g.lease.generation > l.generation {
@@ -309,4 +327,10 @@ impl Agent {
             }
         }
     }
+}
+
+/// How long a refused holder waits before asking again: the grantor's hint, but at least a
+/// step and at most a report interval (the hint can be far off when others hand back).
+pub(super) fn retry_hint_ns(retry_after_ns: u64, cfg: &HierarchyConfig) -> u64 {
+    retry_after_ns.clamp(cfg.step_ns(), cfg.report_every_ms * 1_000_000)
 }

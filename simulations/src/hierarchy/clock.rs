@@ -81,4 +81,34 @@ mod tests {
         assert_eq!(c.read(3_010), Nanos(3_000));
         assert_eq!(c.read(4_000), Nanos(3_990));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// Whatever steps back happen between readings, the corrected timeline never runs
+        /// back, never gets ahead of true time, and lags it by at most the time between
+        /// the readings that saw a step (so a deadline is never pushed out further).
+        #[test]
+        fn corrected_time_is_monotone_and_never_ahead(
+            events in proptest::collection::vec(
+                (1u64..50_000_000, proptest::option::of(1u64..20_000_000_000)),
+                1..100,
+            )
+        ) {
+            let mut c = SimClock::default();
+            let (mut true_ns, mut prev, mut lag_allowed) = (0u64, Nanos::ZERO, 0u64);
+            for (advance, back) in events {
+                if let Some(back) = back {
+                    c.step_back(back);
+                    lag_allowed += advance;
+                }
+                true_ns += advance;
+                let t = c.read(true_ns);
+                proptest::prop_assert!(t >= prev);
+                proptest::prop_assert!(t.0 <= true_ns);
+                proptest::prop_assert!(true_ns - t.0 <= lag_allowed);
+                prev = t;
+            }
+        }
+    }
 }

@@ -4,8 +4,7 @@ use super::clock::SimClock;
 use super::root::RootLink;
 use super::{HierarchyConfig, KEY, POLICY_ID};
 use leasehold_common::ledger::{
-    Acquire, Command, Grant, Ledger, LedgerConfig, Outcome, PolicyParams, Release, Report,
-    UpstreamLease,
+    Acquire, Command, Grant, Ledger, LedgerConfig, Outcome, PolicyParams, Report, UpstreamLease,
 };
 use leasehold_common::time::Nanos;
 
@@ -14,8 +13,6 @@ struct Upstream {
     returned: u64,
     deadline_ns: u64,
     generation: u64,
-    /// Superseded by a newer policy version: spent until it runs out, never renewed.
-    superseded: bool,
 }
 
 /// The region's own time and the root's, for one step.
@@ -23,6 +20,7 @@ struct Upstream {
 struct At {
     now: Nanos,
     root_now: Nanos,
+    report_every_ms: u64,
 }
 
 /// A request the root did not answer, resent with the same request id until it is.
@@ -39,6 +37,10 @@ pub struct Region {
     pending: Option<Pending>,
     request: u64,
     next_report_ns: u64,
+    /// No early (running-low) refresh before then.
+    early_refresh_after_ns: u64,
+    /// A refused acquire is not repeated before the root's retry hint.
+    acquire_after_ns: u64,
     clock: SimClock,
     partitioned: bool,
     unanswered: u64,
@@ -61,6 +63,8 @@ impl Region {
             pending: None,
             request: 0,
             next_report_ns: 0,
+            early_refresh_after_ns: 0,
+            acquire_after_ns: 0,
             clock: SimClock::default(),
             partitioned: false,
             unanswered: 0,
@@ -125,7 +129,11 @@ impl Region {
         demand: u64,
         cfg: &HierarchyConfig,
     ) {
-        let at = At { now, root_now };
+        let at = At {
+            now,
+            root_now,
+            report_every_ms: cfg.report_every_ms,
+        };
         self.ledger.apply(now, Command::Tick).expect("tick");
         if self
             .upstream
@@ -146,6 +154,9 @@ impl Region {
         }
         let want = (demand * cfg.horizon_ms() / 1_000).max(1);
         if self.upstream.is_none() {
+            if now.0 < self.acquire_after_ns {
+                return;
+            }
             let command = Command::Acquire(Acquire {
                 holder_id: self.holder_id(),
                 policy_id: POLICY_ID.into(),
@@ -163,9 +174,9 @@ impl Region {
                     sent_at: now,
                 },
             );
-        } else if self.upstream.as_ref().is_some_and(|u| u.superseded) {
-            // Nothing to renew: wait for the old version's lease to run out.
-        } else if now.0 >= self.next_report_ns || self.running_low(want) {
+        } else if now.0 >= self.next_report_ns
+            || (now.0 >= self.early_refresh_after_ns && self.running_low(want))
+        {
             self.next_report_ns = now.0 + cfg.report_every_ms * 1_000_000;
             if let Some(command) = self.report(now, want, demand) {
                 self.send(
@@ -194,7 +205,11 @@ impl Region {
             return;
         }
         match root.call(at.root_now, p.command.clone()) {
-            Ok(Outcome::Granted(g)) => self.on_grant(root, at, p.sent_at, &g),
+            Ok(Outcome::Granted(g)) => self.on_grant(at, p.sent_at, &g),
+            Ok(Outcome::Denied { retry_after_ns, .. }) => {
+                let max_ns = at.report_every_ms * 1_000_000;
+                self.acquire_after_ns = at.now.0 + retry_after_ns.clamp(1, max_ns);
+            }
             Ok(_) => {}
             // A refused report means the lease is gone: acquire afresh next step.
             Err(super::root::LinkError::Refused(_)) => {
@@ -236,38 +251,30 @@ impl Region {
         }))
     }
 
-    fn on_grant(&mut self, root: &mut RootLink, at: At, sent_at: Nanos, g: &Grant) {
+    fn on_grant(&mut self, at: At, sent_at: Nanos, g: &Grant) {
         let now = at.now;
-        if let Some(new) = &g.replacement {
-            // A newer policy version: keep spending the old lease until it runs out and
-            // hand the replacement straight back, so only one upstream lease is sub-leased.
-            let release = Command::Release(Release {
-                holder_id: self.holder_id(),
-                lease_id: new.lease_id,
-                final_used: 0,
-                request_id: self.next_request(),
-            });
-            let _ = root.call(at.root_now, release);
-            if let Some(up) = &mut self.upstream {
-                up.superseded = up.lease_id == g.lease.lease_id;
-            }
-        }
-        let deadline_ns = sent_at.0 + g.lease.ttl_ms * 1_000_000;
+        // A newer policy version comes with a replacement lease: move onto it at once, so
+        // traffic is not starved while the old lease runs out. The old lease is never
+        // reported on again; the root writes its remainder off at expiry (sub-leases of it
+        // may still be spent until then, so it cannot be released with a final usage).
+        let lease = g.replacement.as_ref().unwrap_or(&g.lease);
+        let deadline_ns = sent_at.0 + lease.ttl_ms * 1_000_000;
         match &mut self.upstream {
-            Some(up) if up.lease_id == g.lease.lease_id => {
-                if g.lease.generation > up.generation {
-                    up.generation = g.lease.generation;
+            Some(up) if up.lease_id == lease.lease_id => {
+                // Early refreshes are spaced out, as at the agents.
+                self.early_refresh_after_ns = now.0 + at.report_every_ms * 1_000_000 / 4;
+                if lease.generation > up.generation {
+                    up.generation = lease.generation;
                     up.deadline_ns = deadline_ns;
                 }
             }
             _ => {
                 self.close_upstream(now);
                 self.upstream = Some(Upstream {
-                    lease_id: g.lease.lease_id,
+                    lease_id: lease.lease_id,
                     returned: 0,
                     deadline_ns,
-                    generation: g.lease.generation,
-                    superseded: false,
+                    generation: lease.generation,
                 });
             }
         }
@@ -276,7 +283,7 @@ impl Region {
             policy_id: POLICY_ID.into(),
             key: KEY.into(),
             upstream_lease_id: up.lease_id,
-            credit: g.lease.credit,
+            credit: lease.credit,
             deadline: Nanos(up.deadline_ns),
         });
         // A statement the ledger refuses (less credit than it already has) means the

@@ -108,7 +108,9 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 every few seconds. The §9 model predicts allocator QPS ≈ admitted units/s ÷ lease \
                 size. Measured requests to the regions run above it: holders also report on a \
                 timer and refresh before they run dry. Stranded credit grows with lease size: each \
-                crash strands what its lease still held."
+                crash strands what its lease still held. At the largest size leases approach \
+                the burst, holders wait on each other's credit and fewer units are admitted: \
+                large leases reserve capacity that sits unused."
             .into(),
         checked: Promise::ALL.to_vec(),
         promises,
@@ -135,8 +137,8 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         report.fact(
             &format!("lease size {} units", p.lease_size),
             format!(
-                "{} req/s measured, {} predicted, {} stranded",
-                p.region_qps, p.model_qps, p.stranded
+                "{} admitted/s; {} req/s measured, {} predicted; {} stranded",
+                p.admitted_per_s, p.region_qps, p.model_qps, p.stranded
             ),
         );
     }

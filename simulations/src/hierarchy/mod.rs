@@ -107,6 +107,8 @@ pub struct Hierarchy {
     epochs: Vec<PolicyEpoch>,
     faults: Vec<(u64, Fault)>,
     region_requests: u64,
+    /// Charged admissions per step, per region.
+    region_series: Vec<Vec<u64>>,
 }
 
 impl Hierarchy {
@@ -149,6 +151,7 @@ impl Hierarchy {
             epochs,
             faults: Vec::new(),
             region_requests: 0,
+            region_series: vec![Vec::new(); cfg.regions],
             cfg,
         };
         if let Some(ns) = sim.cfg.crash_at_ns() {
@@ -192,6 +195,9 @@ impl Hierarchy {
             ..StepTotals::default()
         };
         self.traffic.advance(true_ns, &mut self.rng);
+        for s in &mut self.region_series {
+            s.push(0);
+        }
         for agent in &mut self.agents {
             let region = &mut self.regions[agent.region()];
             let offered = self.traffic.offered(agent.id(), step_ns, &mut self.rng);
@@ -204,6 +210,9 @@ impl Hierarchy {
             };
             let (t, sent) = agent.step(link, offered, &self.cfg);
             self.region_requests += sent;
+            if let Some(n) = self.region_series[agent.region()].last_mut() {
+                *n += t.admitted;
+            }
             add(&mut step, &t);
         }
         for region in &mut self.regions {
@@ -289,6 +298,11 @@ impl Hierarchy {
     /// Admitted units per step (leased credit only).
     pub fn series(&self) -> &[u64] {
         &self.series
+    }
+
+    /// Charged admissions per step by the agents of `region` (crash bursts not included).
+    pub fn region_series(&self, region: usize) -> &[u64] {
+        &self.region_series[region]
     }
 
     pub fn records(&self) -> &[StepRecord] {

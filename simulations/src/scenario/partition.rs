@@ -74,8 +74,11 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let mut cols = vec!["t_s"];
     cols.extend(MODES.iter().map(|(_, n)| *n));
     cols.extend(["fail_open_uncharged", "restricted_uncharged", "bound_1s"]);
+    let region0: Vec<String> = MODES.iter().map(|(_, n)| format!("region0_{n}")).collect();
+    cols.extend(region0.iter().map(String::as_str));
     let mut series = Series::new(&cols);
     let secs: Vec<_> = runs.iter().map(|r| seconds(&r.sim)).collect();
+    let per_s = (1_000 / runs[0].sim.config().step_ms) as usize;
     for i in 0..secs[0].len() {
         let mut row = vec![secs[0][i].t_s];
         row.extend(secs.iter().map(|s| s[i].admitted));
@@ -84,6 +87,10 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
             secs[3][i].restricted,
             secs[0][i].bound_1s,
         ]);
+        for r in &runs {
+            let s = r.sim.region_series(0);
+            row.push(s.iter().skip(i * per_s).take(per_s).sum());
+        }
         series.push(row);
     }
     let mut promises = PromiseLog::default();
@@ -107,20 +114,28 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         facts: Vec::new(),
         series,
         chart: Chart::new(
-            "Charged admissions per second, by failure behaviour",
+            "Region 0's admissions per second, by failure behaviour",
             "time (s)",
             "units per second",
         )
-        .line("fail_closed", "fail_closed", LineStyle::Solid)
-        .line("cached_lease", "cached_lease", LineStyle::Solid)
-        .line("fail_open", "fail_open (charged)", LineStyle::Solid)
-        .line("restricted", "restricted (charged)", LineStyle::Solid)
+        .line("region0_fail_closed", "fail_closed", LineStyle::Solid)
+        .line("region0_cached_lease", "cached_lease", LineStyle::Solid)
+        .line("region0_fail_open", "fail_open (charged)", LineStyle::Solid)
+        .line(
+            "region0_restricted",
+            "restricted (charged)",
+            LineStyle::Solid,
+        )
         .line(
             "fail_open_uncharged",
             "fail_open (uncharged)",
             LineStyle::Dashed,
         )
-        .line("bound_1s", "B + R·1s", LineStyle::Dashed),
+        .line(
+            "restricted_uncharged",
+            "restricted (uncharged)",
+            LineStyle::Dashed,
+        ),
     };
     for ((_, name), r) in MODES.iter().zip(&runs) {
         let v = r.sim.levels().agents;

@@ -215,3 +215,32 @@ fn every_scenario_has_a_unique_name_and_unknown_ones_are_refused() {
     let err = scenario::find("nope").err().expect("refused").to_string();
     assert!(err.contains("nope"), "{err}");
 }
+
+#[test]
+fn faults_and_sizes_out_of_range_are_refused_by_name() {
+    let mut sim = Hierarchy::new(HierarchyConfig::default()).expect("valid");
+    let crash = Fault::Crash {
+        agent: 99,
+        kind: leasehold_simulations::hierarchy::CrashKind::JustSpent,
+    };
+    let err = sim
+        .schedule(1_000, crash)
+        .expect_err("no agent 99")
+        .to_string();
+    assert!(err.contains("agent 99"), "{err}");
+    let cut = Fault::PartitionRegion {
+        region: 5,
+        cut: true,
+    };
+    let err = sim
+        .schedule(1_000, cut)
+        .expect_err("no region 5")
+        .to_string();
+    assert!(err.contains("region 5"), "{err}");
+    let long = HierarchyConfig {
+        duration_s: 601,
+        ..HierarchyConfig::default()
+    };
+    let err = Hierarchy::new(long).err().expect("too long").to_string();
+    assert!(err.contains("duration_s") && err.contains("601"), "{err}");
+}

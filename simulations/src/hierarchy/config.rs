@@ -8,6 +8,8 @@ use serde::Serialize;
 
 /// Most agents one simulation runs.
 pub const AGENTS_MAX: usize = 10_000;
+/// Longest simulated run: P1 checks every window, which grows with the square of the steps.
+pub const DURATION_S_MAX: u64 = 600;
 
 /// A deliberately broken enforcer, to show that the checks catch it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
@@ -20,6 +22,7 @@ pub enum Defect {
 }
 
 impl Defect {
+    /// The broken agent.
     pub fn agent(self) -> usize {
         match self {
             Defect::Overspend { agent } | Defect::IgnoreExpiry { agent } => agent,
@@ -27,6 +30,7 @@ impl Defect {
     }
 }
 
+/// The shape of a simulated hierarchy, its policy, its traffic and its failure behaviour.
 #[derive(Clone, Debug, Serialize)]
 pub struct HierarchyConfig {
     pub seed: u64,
@@ -95,6 +99,7 @@ impl Default for HierarchyConfig {
 }
 
 impl HierarchyConfig {
+    /// Refuses a configuration that cannot be simulated, naming the field and the reason.
     pub fn validate(&self) -> Result<(), SimError> {
         let positive = [
             ("regions", self.regions as u64),
@@ -113,6 +118,13 @@ impl HierarchyConfig {
         ];
         if let Some((name, v)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(SimError::config(name, v, "must be positive"));
+        }
+        if self.duration_s > DURATION_S_MAX {
+            return Err(SimError::config(
+                "duration_s",
+                self.duration_s,
+                "exceeds 600 simulated seconds",
+            ));
         }
         if self.agents() > AGENTS_MAX {
             return Err(SimError::config(
@@ -166,6 +178,7 @@ impl HierarchyConfig {
         }
     }
 
+    /// One step, in nanoseconds.
     pub fn step_ns(&self) -> u64 {
         self.step_ms * 1_000_000
     }
@@ -184,10 +197,12 @@ impl HierarchyConfig {
         2 * self.report_every_ms
     }
 
+    /// The policy's sustained rate.
     pub fn rate(&self) -> Rate {
         Rate::per_second(self.rate_per_sec).expect("validated positive")
     }
 
+    /// Every ledger's caps.
     pub fn limits(&self) -> LedgerLimits {
         LedgerLimits {
             keys_max: self.keys_max,
@@ -196,6 +211,7 @@ impl HierarchyConfig {
         }
     }
 
+    /// The policy as the root ledger runs it (version 1).
     pub fn policy_params(&self) -> PolicyParams {
         PolicyParams {
             policy_id: super::POLICY_ID.into(),
@@ -214,6 +230,7 @@ impl HierarchyConfig {
         }
     }
 
+    /// Lease parameters of the regions' sub-leases to agents.
     pub fn agent_lease_params(&self) -> LeaseParams {
         LeaseParams {
             ttl_ms: self.agent_ttl_ms,

@@ -9,6 +9,9 @@ use leasehold_common::rate::Rate;
 use leasehold_common::time::Nanos;
 use serde::Serialize;
 
+/// Most faults one run may have scheduled at once.
+pub const FAULTS_MAX: usize = 10_000;
+
 /// One thing that goes wrong (or changes) during a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Fault {
@@ -37,6 +40,13 @@ impl Hierarchy {
     /// after it).
     pub fn schedule(&mut self, at_ms: u64, fault: Fault) -> Result<(), SimError> {
         self.validate_fault(&fault)?;
+        if self.faults.len() >= FAULTS_MAX {
+            return Err(SimError::config(
+                "faults",
+                self.faults.len(),
+                "at most 10000 faults may be scheduled",
+            ));
+        }
         let pos = self.faults.partition_point(|(t, _)| *t <= at_ms);
         self.faults.insert(pos, (at_ms, fault));
         Ok(())

@@ -13,8 +13,8 @@ mod witness;
 
 pub use agent::CrashKind;
 pub use clock::SimClock;
-pub use config::{Defect, HierarchyConfig, AGENTS_MAX};
-pub use faults::Fault;
+pub use config::{Defect, HierarchyConfig, AGENTS_MAX, DURATION_S_MAX};
+pub use faults::{Fault, FAULTS_MAX};
 pub use root::{LeaderLoss, LinkError};
 
 use crate::bound::{check_windows, BoundCheck};
@@ -91,6 +91,7 @@ pub struct PolicyEpoch {
     pub burst: u64,
 }
 
+/// A simulated hierarchy: built from a configuration, stepped, faulted and checked.
 pub struct Hierarchy {
     cfg: HierarchyConfig,
     params: PolicyParams,
@@ -112,6 +113,7 @@ pub struct Hierarchy {
 }
 
 impl Hierarchy {
+    /// Builds the hierarchy; the configuration is validated first.
     pub fn new(cfg: HierarchyConfig) -> Result<Self, SimError> {
         cfg.validate()?;
         let params = cfg.policy_params();
@@ -164,10 +166,12 @@ impl Hierarchy {
         Ok(sim)
     }
 
+    /// The configuration the run was built from.
     pub fn config(&self) -> &HierarchyConfig {
         &self.cfg
     }
 
+    /// Simulated true time of the next step.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
     }
@@ -260,6 +264,7 @@ impl Hierarchy {
             .collect()
     }
 
+    /// Credit figures per level now, and the agents' cumulative traffic.
     pub fn levels(&self) -> LevelView {
         let root = self.root.ledger().account(KEY);
         let mut v = LevelView {
@@ -305,6 +310,7 @@ impl Hierarchy {
         &self.region_series[region]
     }
 
+    /// One record per step so far.
     pub fn records(&self) -> &[StepRecord] {
         &self.records
     }
@@ -324,15 +330,17 @@ impl Hierarchy {
             .sum::<u64>()
     }
 
-    /// Root leader losses, and requests the regions resent after getting no answer.
+    /// Root leader losses so far.
     pub fn leader_losses(&self) -> u64 {
         self.root.losses()
     }
 
+    /// Region requests that got no answer (partition or leader loss) and were resent.
     pub fn unanswered_region_requests(&self) -> u64 {
         self.regions.iter().map(Region::unanswered).sum()
     }
 
+    /// The root's ledger as it stands.
     pub fn root_ledger(&self) -> &Ledger {
         self.root.ledger()
     }

@@ -34,6 +34,7 @@ pub struct RootLink {
 }
 
 impl RootLink {
+    /// A link to `ledger`, with no leader loss armed.
     pub fn new(ledger: Ledger) -> Self {
         RootLink {
             ledger,
@@ -44,6 +45,7 @@ impl RootLink {
         }
     }
 
+    /// The ledger as the current leader holds it.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

@@ -12,6 +12,7 @@ pub struct Series {
 }
 
 impl Series {
+    /// An empty series with these columns.
     pub fn new(columns: &[&str]) -> Self {
         Series {
             columns: columns.iter().map(|c| c.to_string()).collect(),
@@ -57,6 +58,7 @@ pub struct Chart {
 }
 
 impl Chart {
+    /// A chart with no lines yet.
     pub fn new(title: &str, x_label: &str, y_label: &str) -> Self {
         Chart {
             title: title.into(),
@@ -66,6 +68,7 @@ impl Chart {
         }
     }
 
+    /// Adds a line drawn from `column`.
     pub fn line(mut self, column: &str, label: &str, style: LineStyle) -> Self {
         self.lines.push(ChartLine {
             column: column.into(),
@@ -105,6 +108,7 @@ impl ScenarioReport {
         self.promises.is_clean()
     }
 
+    /// Records a headline figure.
     pub fn fact(&mut self, name: &str, value: impl ToString) {
         self.facts.push(Fact {
             name: name.into(),

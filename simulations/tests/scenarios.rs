@@ -76,6 +76,10 @@ fn clock_rollback_is_detected_and_mints_nothing() {
     for seed in SEEDS {
         let r = run("clock-rollback", seed);
         assert!(fact(&r, "steps back detected") >= 5);
+        // The same run with a guard that only stalls is caught spending past expiry.
+        let stalled = fact(&r, "guard alone (stalling): P2 violations")
+            + fact(&r, "guard alone (stalling): P3 violations");
+        assert!(stalled > 0, "{:?}", r.facts);
         assert!(fact(&r, "admitted") <= fact(&r, "bound over the run (B + R·T)"));
     }
 }

@@ -2,7 +2,7 @@
 //! and follows its policy's failure behaviour while the region cannot be reached.
 
 use super::clock::SimClock;
-use super::witness::Witness;
+use super::witness::{SpendAt, Witness};
 use super::{Defect, HierarchyConfig, StepTotals, KEY, POLICY_ID};
 use leasehold_common::algo::TokenBucket;
 use leasehold_common::ledger::{Acquire, Command, Grant, Ledger, LedgerError, Outcome, Report};
@@ -34,10 +34,25 @@ struct Held {
 /// The agent's view of its region for one step.
 pub struct Link<'a> {
     pub ledger: &'a mut Ledger,
+    /// The root's ledger, read only by the witness.
+    pub root: &'a Ledger,
     /// The region's time: the grantor stamps commands with it.
     pub region_now: Nanos,
     pub true_ns: u64,
     pub witness: &'a mut Witness,
+}
+
+impl Link<'_> {
+    /// Tells the witness that `units` were admitted under `lease_id`.
+    fn record_spend(&mut self, region: usize, lease_id: u64, units: u64) {
+        let at = SpendAt {
+            region,
+            ledger: self.ledger,
+            root: self.root,
+            now: self.true_ns,
+        };
+        self.witness.spent(at, lease_id, units);
+    }
 }
 
 pub struct Agent {
@@ -68,7 +83,7 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(id: usize, region: usize, defect: Option<Defect>) -> Self {
+    pub fn new(id: usize, region: usize, defect: Option<Defect>, clock: SimClock) -> Self {
         Agent {
             id,
             region,
@@ -81,7 +96,7 @@ impl Agent {
             offered_since_report: 0,
             last_report_ns: 0,
             demand_per_sec: 0,
-            clock: SimClock::default(),
+            clock,
             partitioned: false,
             unreachable: false,
             emergency: None,
@@ -117,14 +132,13 @@ impl Agent {
 
     /// Loses the lease and any unreported spend, and comes back as a new holder. Returns
     /// the units admitted in the burst before a [`CrashKind::JustSpent`] crash.
-    pub fn crash(&mut self, kind: CrashKind, link: Link<'_>) -> u64 {
+    pub fn crash(&mut self, kind: CrashKind, mut link: Link<'_>) -> u64 {
         let mut burst = 0;
         if let Some(l) = &mut self.lease {
             if kind == CrashKind::JustSpent {
                 burst = l.credit.saturating_sub(l.spent);
                 l.spent += burst;
-                link.witness
-                    .spent(self.region, link.ledger, l.lease_id, burst, link.true_ns);
+                link.record_spend(self.region, l.lease_id, burst);
             }
             link.witness.crashed(self.region, l.lease_id);
         }
@@ -203,8 +217,7 @@ impl Agent {
                 t.admitted
             };
             let lease_id = l.lease_id;
-            link.witness
-                .spent(self.region, link.ledger, lease_id, t.admitted, link.true_ns);
+            link.record_spend(self.region, lease_id, t.admitted);
         }
         let rest = offered - t.admitted;
         if self.unreachable {

@@ -68,6 +68,9 @@ pub struct HierarchyConfig {
     pub leases_max: usize,
     /// A broken enforcer, for checking the checks.
     pub defect: Option<Defect>,
+    /// Agents and regions read their clocks through the guard alone, which stalls through
+    /// a step back instead of correcting for it (for comparison).
+    pub clock_guard_only: bool,
 }
 
 impl Default for HierarchyConfig {
@@ -94,6 +97,7 @@ impl Default for HierarchyConfig {
             keys_max: 1_000,
             leases_max: 10_000,
             defect: None,
+            clock_guard_only: false,
         }
     }
 }
@@ -227,6 +231,15 @@ impl HierarchyConfig {
                 refresh_horizon_ms: self.horizon_ms(),
             },
             weights: Default::default(),
+        }
+    }
+
+    /// A new participant's clock.
+    pub fn clock(&self) -> super::SimClock {
+        if self.clock_guard_only {
+            super::SimClock::guard_only()
+        } else {
+            super::SimClock::default()
         }
     }
 

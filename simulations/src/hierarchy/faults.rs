@@ -110,6 +110,7 @@ impl Hierarchy {
                 let region_now = region.now(self.now_ns);
                 let link = Link {
                     ledger: region.ledger_mut(),
+                    root: self.root.ledger(),
                     region_now,
                     true_ns: self.now_ns,
                     witness: &mut self.witness,

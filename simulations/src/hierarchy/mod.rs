@@ -130,7 +130,7 @@ impl Hierarchy {
             .map(|r| Region::new(r, &sub_params, &cfg))
             .collect::<Result<Vec<_>, _>>()?;
         let agents = (0..cfg.agents())
-            .map(|i| Agent::new(i, i / cfg.agents_per_region, cfg.defect))
+            .map(|i| Agent::new(i, i / cfg.agents_per_region, cfg.defect, cfg.clock()))
             .collect();
         let traffic = Traffic::new(&cfg);
         let epochs = vec![PolicyEpoch {
@@ -208,6 +208,7 @@ impl Hierarchy {
             let region_now = region.now(true_ns);
             let link = Link {
                 ledger: region.ledger_mut(),
+                root: self.root.ledger(),
                 region_now,
                 true_ns,
                 witness: &mut self.witness,

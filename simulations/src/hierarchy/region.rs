@@ -65,7 +65,7 @@ impl Region {
             next_report_ns: 0,
             early_refresh_after_ns: 0,
             acquire_after_ns: 0,
-            clock: SimClock::default(),
+            clock: cfg.clock(),
             partitioned: false,
             unanswered: 0,
         })

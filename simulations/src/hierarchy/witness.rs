@@ -26,6 +26,14 @@ struct Crashed {
     expiry_ns: u64,
 }
 
+/// Where and when an agent spent: its region's ledger, the root's, and the true time.
+pub struct SpendAt<'a> {
+    pub region: usize,
+    pub ledger: &'a Ledger,
+    pub root: &'a Ledger,
+    pub now: u64,
+}
+
 /// Watches the leases of one hierarchy's agents.
 #[derive(Clone, Debug)]
 pub struct Witness {
@@ -55,11 +63,12 @@ impl Witness {
         }
     }
 
-    /// An agent admitted `units` under `lease_id` of `region` at true time `true_ns`.
-    pub fn spent(&mut self, region: usize, ledger: &Ledger, lease_id: u64, units: u64, now: u64) {
+    /// An agent admitted `units` under `lease_id` of `at.region`.
+    pub fn spent(&mut self, at: SpendAt<'_>, lease_id: u64, units: u64) {
         if units == 0 {
             return;
         }
+        let (region, now) = (at.region, at.now);
         let Some(t) = self.leases.get_mut(&(region, lease_id)) else {
             self.log.record(Promise::LeaseExpiry, now, || {
                 format!("region {region} lease {lease_id}: spent {units} on a lease long gone")
@@ -73,19 +82,28 @@ impl Witness {
                 format!("region {region} lease {lease_id}: spent {units} {late_ms} ms after expiry")
             });
         }
-        match ledger.lease(lease_id) {
-            Some(rec) if t.spent > rec.lease.credit => {
-                let (spent, credit) = (t.spent, rec.lease.credit);
-                self.log.record(Promise::NoDoubleSpend, now, || {
-                    format!("region {region} lease {lease_id}: spent {spent} of credit {credit}")
-                });
-            }
-            Some(_) => {}
-            None => self.log.record(Promise::LeaseExpiry, now, || {
+        let Some(rec) = at.ledger.lease(lease_id) else {
+            self.log.record(Promise::LeaseExpiry, now, || {
                 format!(
                     "region {region} lease {lease_id}: spent {units} after the grantor closed it"
                 )
-            }),
+            });
+            return;
+        };
+        if t.spent > rec.lease.credit {
+            let (spent, credit) = (t.spent, rec.lease.credit);
+            self.log.record(Promise::NoDoubleSpend, now, || {
+                format!("region {region} lease {lease_id}: spent {spent} of credit {credit}")
+            });
+        }
+        // A sub-lease is carved out of the region's root lease: once the root has closed
+        // that (and written off what it did not hear was spent), nothing of it may be spent.
+        if let Some(parent) = rec.lease.parent_lease_id {
+            if at.root.lease(parent).is_none() {
+                self.log.record(Promise::LeaseExpiry, now, || {
+                    format!("region {region} lease {lease_id}: spent {units} of root lease {parent} after the root closed it")
+                });
+            }
         }
     }
 

@@ -196,6 +196,27 @@ impl Agent {
         if self.lease.is_none() && offered > 0 && now.0 >= self.acquire_after_ns {
             self.acquire(&mut link, now, offered, cfg);
         }
+        let t = self.admit(&mut link, now, offered, cfg);
+        // Refresh before empty: report early once less than half a horizon's demand is left.
+        let low = now.0 >= self.early_refresh_after_ns
+            && self
+                .lease
+                .as_ref()
+                .is_some_and(|l| 2 * l.credit.saturating_sub(l.spent) < self.want(cfg));
+        if now.0 >= self.next_report_ns || low {
+            self.report(&mut link, now, cfg);
+        }
+        (t, self.sent)
+    }
+
+    /// Admits what the held lease and the failure behaviour allow out of `offered`.
+    fn admit(
+        &mut self,
+        link: &mut Link<'_>,
+        now: Nanos,
+        offered: u64,
+        cfg: &HierarchyConfig,
+    ) -> StepTotals {
         let mut t = StepTotals {
             offered,
             ..StepTotals::default()
@@ -232,16 +253,7 @@ impl Agent {
             }
         }
         t.rejected = rest - t.fail_open - t.restricted;
-        // Refresh before empty: report early once less than half a horizon's demand is left.
-        let low = now.0 >= self.early_refresh_after_ns
-            && self
-                .lease
-                .as_ref()
-                .is_some_and(|l| 2 * l.credit.saturating_sub(l.spent) < self.want(cfg));
-        if now.0 >= self.next_report_ns || low {
-            self.report(&mut link, now, cfg);
-        }
-        (t, self.sent)
+        t
     }
 
     /// Critical traffic admitted at the local emergency rate, uncharged and counted apart.

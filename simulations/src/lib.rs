@@ -2,8 +2,18 @@
 //!
 //! [`hierarchy`] runs the real credit ledgers of a root, its regions and their agents in one
 //! process on a simulated clock: every grant, report, hand-back and expiry goes through
-//! `leasehold_common::ledger`, and the agents spend exactly as the lease protocol allows. A
-//! run is a pure function of its configuration and seed, so a failing seed replays exactly.
+//! `leasehold_common::ledger`, and the agents spend exactly as the lease protocol allows.
+//! Faults (crashes, partitions, clock steps, leader loss, rollouts, autoscaling) are
+//! injected at chosen times, and the promises are checked as it runs ([`promises`]).
+//! [`scenario`] builds the named scenarios and the fuzz mode on it; [`output`] writes
+//! their CSV, SVG and Markdown. A run is a pure function of its configuration and seed, so
+//! a failing seed replays exactly.
 
 pub mod bound;
+pub mod error;
 pub mod hierarchy;
+pub mod output;
+pub mod promises;
+pub mod scenario;
+
+pub use error::SimError;

@@ -20,6 +20,8 @@ fn run(seed: u64, load_factor_pct: u64) -> Hierarchy {
             "seed {seed}: a ledger lost or minted a unit"
         );
     }
+    let log = sim.promises();
+    assert!(log.is_clean(), "seed {seed}: {:?}", log.first_any());
     sim
 }
 
@@ -66,6 +68,6 @@ fn bad_configuration_is_refused_by_name() {
         step_ms: 0,
         ..HierarchyConfig::default()
     };
-    let err = Hierarchy::new(cfg).err().expect("refused");
+    let err = Hierarchy::new(cfg).err().expect("refused").to_string();
     assert!(err.contains("step_ms"), "{err}");
 }

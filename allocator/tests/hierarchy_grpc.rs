@@ -173,6 +173,17 @@ async fn regions_sublease_root_credit_within_the_bound_while_demand_moves() {
         .await;
     }
 
+    // A delegated cluster takes its policies from upstream only.
+    let refused = admin(&pki, &regions[0].addr)
+        .await
+        .apply_policy(pb::ApplyPolicyRequest {
+            yaml: POLICY.replace("units: 1000", "units: 5000"),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a region refuses local policy changes");
+    assert!(refused.message().contains("delegated"), "{refused:?}");
+
     let policy = Policy::from_yaml(POLICY).unwrap();
     let agents = [
         start_agent(&pki, "gw-eu", &regions[0].addr, &policy),

@@ -55,6 +55,7 @@ pub mod config;
 pub mod machine;
 pub mod network;
 pub mod node;
+pub mod peers;
 pub mod service;
 pub mod time;
 pub mod types;
@@ -63,6 +64,7 @@ pub use config::{NodeConfig, NodeError};
 pub use machine::{BatchRefused, BatchResult, MachineApplier, SharedMachine};
 pub use network::{EndpointHook, NetworkFactory, TransportConfig};
 pub use node::{NodeHooks, NodeMetrics, RaftNode, RaftReplica};
+pub use peers::PeerProgress;
 pub use time::{SystemTimeSource, TimeSource};
 pub use types::{
     Entry, LogId, NodeAddr, RaftCommand, RaftResponse, Snapshot, SnapshotMeta, StorageError,

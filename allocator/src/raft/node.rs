@@ -20,6 +20,7 @@ use super::batching::{forward_error, linearizable_error, Proposal, Proposer, Pro
 use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
+use super::peers::{PeerProgress, PeerTracker};
 use super::service::RaftRpcService;
 use super::time::{SystemTimeSource, TimeSource};
 use super::types::{NodeAddr, TypeConfig};
@@ -78,6 +79,8 @@ pub struct NodeMetrics {
     pub voters: BTreeMap<u64, String>,
     /// Non-voting members and their addresses.
     pub learners: BTreeMap<u64, String>,
+    /// Replication progress of each other member, known only while this node leads.
+    pub peers: BTreeMap<u64, PeerProgress>,
 }
 
 /// Handle to one running node. Clones share the node; it implements [`Replica`].
@@ -103,6 +106,7 @@ struct Inner<M: Machine> {
     proposals: mpsc::Sender<Proposal<M>>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    peers: Arc<PeerTracker>,
 }
 
 impl<M: Machine> RaftNode<M> {
@@ -184,6 +188,12 @@ impl<M: Machine> RaftNode<M> {
             listener,
             stop.subscribe(),
         )?);
+        let peers = Arc::new(PeerTracker::default());
+        tasks.push(tokio::spawn(track_peers(
+            raft.clone(),
+            Arc::clone(&peers),
+            stop.subscribe(),
+        )));
         let node = Self {
             inner: Arc::new(Inner {
                 config,
@@ -192,6 +202,7 @@ impl<M: Machine> RaftNode<M> {
                 proposals,
                 stop,
                 tasks: Mutex::new(tasks),
+                peers,
             }),
         };
         let on_signal = node.clone();
@@ -316,9 +327,16 @@ impl<M: Machine> RaftNode<M> {
             .voter_ids()
             .filter_map(|id| addr_of(&id).map(|a| (id, a)))
             .collect();
-        let learners = membership
+        let learners: BTreeMap<u64, String> = membership
             .learner_ids()
             .filter_map(|id| addr_of(&id).map(|a| (id, a)))
+            .collect();
+        let now = std::time::Instant::now();
+        let peers = voters
+            .keys()
+            .chain(learners.keys())
+            .filter(|id| **id != m.id)
+            .filter_map(|id| Some((*id, self.inner.peers.progress(*id, now)?)))
             .collect();
         NodeMetrics {
             node_id: m.id,
@@ -332,6 +350,7 @@ impl<M: Machine> RaftNode<M> {
             purged_index: m.purged.map(|l| l.index),
             voters,
             learners,
+            peers,
         }
     }
 
@@ -469,6 +488,34 @@ impl<M: Machine> Replica<M> for RaftNode<M> {
                     timeout.as_millis()
                 ))),
             }
+        }
+    }
+}
+
+/// Feeds every metrics change of `raft` to the peer tracker until the node stops.
+async fn track_peers(
+    raft: Raft<TypeConfig>,
+    peers: Arc<PeerTracker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            let replication: Option<BTreeMap<u64, Option<u64>>> = m.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, log)| (*id, log.map(|l| l.index)))
+                    .collect()
+            });
+            peers.observe(
+                replication.as_ref(),
+                m.last_log_index,
+                std::time::Instant::now(),
+            );
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }

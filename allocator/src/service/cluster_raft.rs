@@ -8,6 +8,10 @@ use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeSet;
 use tonic::Status;
 
+/// A peer the leader has not seen replicate for longer than this is reported unhealthy
+/// (the leader appends a tick every 100 ms by default, so a healthy peer's age stays small).
+pub const PEER_CONTACT_AGE_MAX_MS: u64 = 2_000;
+
 /// The admin service's view of the Raft node it runs on.
 pub struct RaftCluster {
     pub node: LateReplica<RaftNode<AllocatorState>>,
@@ -24,15 +28,31 @@ impl RaftCluster {
 
     fn members(&self) -> Result<Vec<pb::ClusterMember>, Status> {
         let m = self.node()?.metrics();
-        let member = |(id, addr): (&u64, &String), role: pb::MemberRole| pb::ClusterMember {
-            node_id: *id,
-            addr: addr.clone(),
-            role: role as i32,
-            // Replication progress per peer is only known to the leader; membership alone
-            // says the node is configured, not that it answers.
-            healthy: m.leader_id.is_some(),
-            matched_index: 0,
-            last_contact_age_ms: 0,
+        let leading = m.leader_id == Some(m.node_id);
+        let member = |(id, addr): (&u64, &String), role: pb::MemberRole| {
+            let (healthy, matched_index, last_contact_age_ms) = if *id == m.node_id {
+                (m.leader_id.is_some(), m.last_log_index.unwrap_or(0), 0)
+            } else if leading {
+                let p = m.peers.get(id);
+                let age = p.and_then(|p| p.contact_age_ms);
+                (
+                    age.is_some_and(|a| a <= PEER_CONTACT_AGE_MAX_MS),
+                    p.and_then(|p| p.matched_index).unwrap_or(0),
+                    age.unwrap_or(u64::MAX),
+                )
+            } else {
+                // Only the leader sees replication; a follower can vouch for a peer only
+                // to the extent that a leader is known. Ask the leader for the real figures.
+                (m.leader_id.is_some(), 0, 0)
+            };
+            pb::ClusterMember {
+                node_id: *id,
+                addr: addr.clone(),
+                role: role as i32,
+                healthy,
+                matched_index,
+                last_contact_age_ms,
+            }
         };
         Ok(m.voters
             .iter()

@@ -1,16 +1,17 @@
 //! Load generator: lease grants per second through a 3-node cluster on loopback, with every
 //! log append fsynced before it is acknowledged.
 //!
-//! `cargo bench -p leasehold-allocator --bench grants -- [--seconds S] [--clients N]`
+//! `cargo bench -p leasehold-allocator --bench grants -- [--seconds S] [--clients N] [--renew]`
 //!
-//! Each client loops: acquire a lease on one of many keys, then release it (two replicated
-//! commands per cycle; only acquires are counted as grants). Reports grants/s and the latency
-//! of each acquire (p50, p99, max).
+//! By default each client loops: acquire a lease on one of many keys, then release it (two
+//! replicated commands per grant). With `--renew` each client holds one lease and renews it
+//! for more credit, as holders do in steady state (one command per grant). Reports grants/s
+//! and the latency of each grant (p50, p99, max).
 
 use leasehold_allocator::raft::{NodeConfig, RaftNode};
 use leasehold_allocator::replica::Replica;
 use leasehold_common::ledger::{
-    Acquire, Command, LeaseParams, Ledger, LedgerConfig, Outcome, PolicyParams, Release,
+    Acquire, Command, LeaseParams, Ledger, LedgerConfig, Outcome, PolicyParams, Release, Report,
 };
 use leasehold_common::rate::Rate;
 use std::collections::BTreeMap;
@@ -73,6 +74,10 @@ async fn main() {
     }
     let seconds = arg("--seconds", 10);
     let clients = arg("--clients", 256);
+    // `--renew`: each client holds one lease and renews it for more credit (one replicated
+    // command per grant, the steady state of holders); otherwise acquire → release cycles
+    // (two commands per grant).
+    let renew = std::env::args().any(|a| a == "--renew");
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = cluster(&dirs).await;
     let leader_id = nodes[0].metrics().leader_id.unwrap();
@@ -99,35 +104,11 @@ async fn main() {
     for c in 0..clients {
         let (leader, stop) = (leader.clone(), Arc::clone(&stop));
         tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut request = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                request += 1;
-                let holder = format!("h{c}");
-                let acquire = Command::Acquire(Acquire {
-                    holder_id: holder.clone(),
-                    policy_id: "p".into(),
-                    key: format!("k{}", c % 1_000),
-                    want_credit: 10,
-                    demand_milli_per_sec: 0,
-                    request_id: request,
-                    priority: 0,
-                });
-                let t = Instant::now();
-                let Ok(Ok(Outcome::Granted(g))) = leader.propose(acquire).await else {
-                    continue;
-                };
-                latencies.push(t.elapsed());
-                request += 1;
-                let release = Command::Release(Release {
-                    holder_id: holder,
-                    lease_id: g.lease.lease_id,
-                    final_used: 5,
-                    request_id: request,
-                });
-                let _ = leader.propose(release).await;
+            if renew {
+                renewals(leader, c, stop).await
+            } else {
+                acquire_release(leader, c, stop).await
             }
-            latencies
         }));
     }
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -144,14 +125,19 @@ async fn main() {
             .unwrap_or_default()
     };
     let conserved = leader.read(|l| l.conserved()).await.unwrap();
-    println!("3-node cluster, fsync on append, {clients} clients, {seconds} s");
+    let mode = if renew {
+        "renewals granting credit, one command each"
+    } else {
+        "acquire → release, two commands each"
+    };
+    println!("3-node cluster, fsync on append, {clients} clients, {seconds} s, {mode}");
     println!(
-        "grants:      {} ({:.0}/s; plus as many releases)",
+        "grants:      {} ({:.0}/s)",
         all.len(),
         all.len() as f64 / elapsed
     );
     println!(
-        "acquire p50: {:?}  p99: {:?}  max: {:?}",
+        "grant p50: {:?}  p99: {:?}  max: {:?}",
         pct(0.50),
         pct(0.99),
         all.last().copied().unwrap_or_default()
@@ -160,4 +146,72 @@ async fn main() {
     for n in nodes {
         n.shutdown().await;
     }
+}
+
+fn acquire_cmd(c: u64, request_id: u64, key: String) -> Command {
+    Command::Acquire(Acquire {
+        holder_id: format!("h{c}"),
+        policy_id: "p".into(),
+        key,
+        want_credit: 10,
+        demand_milli_per_sec: 0,
+        request_id,
+        priority: 0,
+    })
+}
+
+/// Acquire a lease on one of 1 000 keys, release it; the acquire's latency per grant.
+async fn acquire_release(leader: RaftNode<Ledger>, c: u64, stop: Arc<AtomicBool>) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    let mut request = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        request += 1;
+        let t = Instant::now();
+        let acquire = acquire_cmd(c, request, format!("k{}", c % 1_000));
+        let Ok(Ok(Outcome::Granted(g))) = leader.propose(acquire).await else {
+            continue;
+        };
+        latencies.push(t.elapsed());
+        request += 1;
+        let release = Command::Release(Release {
+            holder_id: format!("h{c}"),
+            lease_id: g.lease.lease_id,
+            final_used: 5,
+            request_id: request,
+        });
+        let _ = leader.propose(release).await;
+    }
+    latencies
+}
+
+/// Hold one lease on an own key and renew it for 10 more units each time, reporting all
+/// credit so far as spent; the latency of each renewal that granted credit.
+async fn renewals(leader: RaftNode<Ledger>, c: u64, stop: Arc<AtomicBool>) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    let Ok(Ok(Outcome::Granted(g))) = leader.propose(acquire_cmd(c, 1, format!("r{c}"))).await
+    else {
+        return latencies;
+    };
+    let (lease_id, mut credit, mut request) = (g.lease.lease_id, g.lease.credit, 1u64);
+    while !stop.load(Ordering::Relaxed) {
+        request += 1;
+        let report = Command::Report(Report {
+            holder_id: format!("h{c}"),
+            lease_id,
+            used: credit,
+            return_credit: 0,
+            want_credit: 10,
+            demand_milli_per_sec: 0,
+            request_id: request,
+            priority: 0,
+        });
+        let t = Instant::now();
+        if let Ok(Ok(Outcome::Granted(g))) = leader.propose(report).await {
+            if g.added > 0 {
+                latencies.push(t.elapsed());
+            }
+            credit = g.lease.credit;
+        }
+    }
+    latencies
 }

@@ -20,7 +20,7 @@ use super::batching::{forward_error, linearizable_error, Proposal, Proposer, Pro
 use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
-use super::peers::{PeerProgress, PeerTracker};
+use super::peers::{track_peers, PeerProgress, PeerTracker};
 use super::service::RaftRpcService;
 use super::time::{SystemTimeSource, TimeSource};
 use super::types::{NodeAddr, TypeConfig};
@@ -488,34 +488,6 @@ impl<M: Machine> Replica<M> for RaftNode<M> {
                     timeout.as_millis()
                 ))),
             }
-        }
-    }
-}
-
-/// Feeds every metrics change of `raft` to the peer tracker until the node stops.
-async fn track_peers(
-    raft: Raft<TypeConfig>,
-    peers: Arc<PeerTracker>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut metrics = raft.metrics();
-    loop {
-        {
-            let m = metrics.borrow_and_update();
-            let replication: Option<BTreeMap<u64, Option<u64>>> = m.replication.as_ref().map(|r| {
-                r.iter()
-                    .map(|(id, log)| (*id, log.map(|l| l.index)))
-                    .collect()
-            });
-            peers.observe(
-                replication.as_ref(),
-                m.last_log_index,
-                std::time::Instant::now(),
-            );
-        }
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }

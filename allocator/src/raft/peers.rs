@@ -6,9 +6,12 @@
 //! equal to the leader's last index); the time of the last such observation is a faithful
 //! "last contact", and a peer whose progress stalls shows a growing age.
 
+use super::types::TypeConfig;
+use openraft::Raft;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tokio::sync::watch;
 
 /// One peer as the leader sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +68,34 @@ impl PeerTracker {
                 u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX)
             }),
         })
+    }
+}
+
+/// Feeds every metrics change of `raft` to the peer tracker until the node stops.
+pub(super) async fn track_peers(
+    raft: Raft<TypeConfig>,
+    peers: Arc<PeerTracker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            let replication: Option<BTreeMap<u64, Option<u64>>> = m.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, log)| (*id, log.map(|l| l.index)))
+                    .collect()
+            });
+            peers.observe(
+                replication.as_ref(),
+                m.last_log_index,
+                std::time::Instant::now(),
+            );
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! its timeline from running back, and measures lease deadlines so they are not extended:
 //! no credit is minted and nothing is spent after its lease expired.
 
-use super::seconds::standard_series;
-use super::{Chart, LineStyle, RunOptions, ScenarioReport};
+use super::seconds::offered_admitted_chart;
+use super::{RunOptions, ScenarioReport};
 use crate::error::SimError;
 use crate::hierarchy::{Fault, Hierarchy, HierarchyConfig};
 use crate::promises::Promise;
@@ -46,11 +46,11 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let sim = run_with(opts, false)?;
     let stalled = run_with(opts, true)?.promises();
     let v = sim.levels();
-    let mut report = ScenarioReport {
-        scenario: "clock-rollback".into(),
-        seed: opts.seed,
-        title: "Clock rollback at agents and at a region".into(),
-        about: "The clocks of region 0's four agents step back by 1.5 to 3 s; later region 0's \
+    let mut report = ScenarioReport::standard(
+        &sim,
+        ("clock-rollback", opts.seed),
+        "Clock rollback at agents and at a region",
+        "The clocks of region 0's four agents step back by 1.5 to 3 s; later region 0's \
                 own clock steps back by 3 s, and then by 10 s (longer than any lease) while the \
                 region is cut off from the root and demand is low, so it still holds credit when \
                 its root lease runs out. Each participant reads its clock through a guard that \
@@ -60,21 +60,9 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 minted, and the bound holds. For comparison the same run is repeated with \
                 clocks read through the guard alone, which stalls through a step: the cut-off \
                 region keeps sub-leasing credit of a root lease the root has already written \
-                off, and the checker reports it under P2 and P3."
-            .into(),
-        checked: Promise::ALL.to_vec(),
-        promises: sim.promises(),
-        facts: Vec::new(),
-        series: standard_series(&sim),
-        chart: Chart::new(
-            "Admissions through clock steps",
-            "time (s)",
-            "units per second",
-        )
-        .line("offered", "offered", LineStyle::Solid)
-        .line("admitted", "admitted", LineStyle::Solid)
-        .line("bound_1s", "B + R·1s", LineStyle::Dashed),
-    };
+                off, and the checker reports it under P2 and P3.",
+        offered_admitted_chart("Admissions through clock steps", "B + R·1s"),
+    );
     report.fact("steps back detected", sim.clock_steps_back());
     for p in [Promise::NoDoubleSpend, Promise::LeaseExpiry] {
         let name = format!("guard alone (stalling): {} violations", p.code());

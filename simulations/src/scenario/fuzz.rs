@@ -2,11 +2,10 @@
 //! a schedule of crashes, partitions, clock steps, leader losses, rollouts and demand
 //! shifts from itself alone, so a failing seed replays exactly with `run fuzz --seed N`.
 
-use super::seconds::standard_series;
-use super::{Chart, LineStyle, RunOptions, Scale, ScenarioReport};
+use super::seconds::offered_admitted_chart;
+use super::{RunOptions, Scale, ScenarioReport};
 use crate::error::SimError;
 use crate::hierarchy::{CrashKind, Defect, Fault, Hierarchy, HierarchyConfig, LeaderLoss};
-use crate::promises::Promise;
 use leasehold_common::policy::FailureMode;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -98,33 +97,20 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let sim = run_case(opts.seed, opts.scale, None)?;
     let cfg = sim.config();
     let v = sim.levels();
-    let mut report = ScenarioReport {
-        scenario: "fuzz".into(),
-        seed: opts.seed,
-        title: format!("Random faults, seed {}", opts.seed),
-        about: "A configuration (regions, agents, load, skew, report interval, failure \
+    let mut report = ScenarioReport::standard(
+        &sim,
+        ("fuzz", opts.seed),
+        format!("Random faults, seed {}", opts.seed),
+        "A configuration (regions, agents, load, skew, report interval, failure \
                 behaviour) and up to a dozen faults drawn from the seed alone: crashes with \
                 unused or just-spent credit, agent and region partitions, clock steps back of up \
                 to 10 s, root leader losses with the grant lost or kept, policy rollouts and \
-                demand shifts. Every promise is checked throughout."
-            .into(),
-        checked: Promise::ALL.to_vec(),
-        promises: sim.promises(),
-        facts: Vec::new(),
-        series: standard_series(&sim),
-        chart: Chart::new(
+                demand shifts. Every promise is checked throughout.",
+        offered_admitted_chart(
             "Admissions under random faults",
-            "time (s)",
-            "units per second",
-        )
-        .line("offered", "offered", LineStyle::Solid)
-        .line("admitted", "admitted", LineStyle::Solid)
-        .line(
-            "bound_1s",
             "B + r·1s of the version in force",
-            LineStyle::Dashed,
         ),
-    };
+    );
     report.fact(
         "regions × agents",
         format!("{} × {}", cfg.regions, cfg.agents_per_region),

@@ -3,11 +3,9 @@
 //! is kept but its answer never left). The region resends the same request id; a kept
 //! grant is answered from the ledger's memory, so the credit is granted once either way.
 
-use super::seconds::standard_series;
 use super::{Chart, LineStyle, RunOptions, ScenarioReport};
 use crate::error::SimError;
 use crate::hierarchy::{Fault, Hierarchy, HierarchyConfig, LeaderLoss};
-use crate::promises::Promise;
 
 pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let s = opts.scale;
@@ -30,23 +28,18 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     }
     sim.run();
     let v = sim.levels();
-    let mut report = ScenarioReport {
-        scenario: "leader-loss".into(),
-        seed: opts.seed,
-        title: "Allocator leader loss mid-grant".into(),
-        about: "Two regions lease from the root; every couple of seconds the root's leader is \
+    let mut report = ScenarioReport::standard(
+        &sim,
+        ("leader-loss", opts.seed),
+        "Allocator leader loss mid-grant",
+        "Two regions lease from the root; every couple of seconds the root's leader is \
                 lost while it applies a region's acquire or report, alternately before the \
                 command was committed (the grant is lost) and after (the grant is kept, its \
                 answer lost). The region gets no answer and resends the same request id to the \
                 new leader. The checker confirms that no region ever believes it holds more of a \
                 root lease than the root granted, that every ledger conserves its units, and \
-                that the bound holds."
-            .into(),
-        checked: Promise::ALL.to_vec(),
-        promises: sim.promises(),
-        facts: Vec::new(),
-        series: standard_series(&sim),
-        chart: Chart::new(
+                that the bound holds.",
+        Chart::new(
             "Admissions and root requests through leader losses",
             "time (s)",
             "per second",
@@ -54,7 +47,7 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         .line("admitted", "admitted units", LineStyle::Solid)
         .line("root_requests", "root requests", LineStyle::Solid)
         .line("bound_1s", "B + R·1s", LineStyle::Dashed),
-    };
+    );
     report.fact("leader losses", sim.leader_losses());
     report.fact(
         "requests resent after no answer",

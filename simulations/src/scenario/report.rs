@@ -103,6 +103,27 @@ pub struct ScenarioReport {
 }
 
 impl ScenarioReport {
+    /// A report of `sim` checking every promise, over the standard per-second series.
+    pub fn standard(
+        sim: &crate::hierarchy::Hierarchy,
+        (scenario, seed): (&str, u64),
+        title: impl Into<String>,
+        about: impl Into<String>,
+        chart: Chart,
+    ) -> Self {
+        ScenarioReport {
+            scenario: scenario.into(),
+            seed,
+            title: title.into(),
+            about: about.into(),
+            checked: Promise::ALL.to_vec(),
+            promises: sim.promises(),
+            facts: Vec::new(),
+            series: super::seconds::standard_series(sim),
+            chart,
+        }
+    }
+
     /// True when no checked promise was broken.
     pub fn passed(&self) -> bool {
         self.promises.is_clean()

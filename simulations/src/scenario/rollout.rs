@@ -2,11 +2,10 @@
 //! out under version 1 may still be spent until its lease runs out (the transition); from
 //! then on every window obeys the new `B₂ + r₂·T`.
 
-use super::seconds::standard_series;
-use super::{Chart, LineStyle, RunOptions, ScenarioReport};
+use super::seconds::offered_admitted_chart;
+use super::{RunOptions, ScenarioReport};
 use crate::error::SimError;
 use crate::hierarchy::{Fault, Hierarchy, HierarchyConfig};
-use crate::promises::Promise;
 
 pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let s = opts.scale;
@@ -26,36 +25,23 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     sim.schedule(rollout_ms, new)?;
     sim.run();
     let transition_ms = sim.transition_ns() / 1_000_000;
-    let mut report = ScenarioReport {
-        scenario: "rollout".into(),
-        seed: opts.seed,
-        title: "Policy rollout under traffic".into(),
-        about: "Traffic at 180% of R = 1000 units/s (burst 2000). Version 2 of the policy, with \
+    let mut report = ScenarioReport::standard(
+        &sim,
+        ("rollout", opts.seed),
+        "Policy rollout under traffic",
+        "Traffic at 180% of R = 1000 units/s (burst 2000). Version 2 of the policy, with \
                 half the rate and half the burst, takes effect at the root mid-run. Regions \
                 renewing a version-1 lease are offered a version-2 replacement; they hand it \
                 back, spend what the old lease holds until it runs out, then acquire under \
                 version 2. The documented transition lasts one root lease lifetime plus the \
                 write-off grace: windows starting in it may also spend the old version's \
                 outstanding credit (at most B₁ on top of the new bound); every window starting \
-                after it obeys B₂ + r₂·T."
-            .into(),
-        checked: Promise::ALL.to_vec(),
-        promises: sim.promises(),
-        facts: Vec::new(),
-        series: standard_series(&sim),
-        chart: Chart::new(
+                after it obeys B₂ + r₂·T.",
+        offered_admitted_chart(
             "Admissions before and after the rollout",
-            "time (s)",
-            "units per second",
-        )
-        .line("offered", "offered", LineStyle::Solid)
-        .line("admitted", "admitted", LineStyle::Solid)
-        .line(
-            "bound_1s",
             "B + r·1s of the version in force",
-            LineStyle::Dashed,
         ),
-    };
+    );
     report.fact("rollout at (ms)", rollout_ms);
     report.fact("transition (ms)", transition_ms);
     report.fact("new bound holds from (ms)", rollout_ms + transition_ms);

@@ -92,3 +92,11 @@ pub fn standard_series(sim: &Hierarchy) -> super::Series {
     }
     series
 }
+
+/// Offered and admitted units per second against the one-second bound labelled `bound`.
+pub fn offered_admitted_chart(title: &str, bound: &str) -> super::Chart {
+    super::Chart::new(title, "time (s)", "units per second")
+        .line("offered", "offered", super::LineStyle::Solid)
+        .line("admitted", "admitted", super::LineStyle::Solid)
+        .line("bound_1s", bound, super::LineStyle::Dashed)
+}

@@ -1,11 +1,10 @@
 //! Zipf-skewed demand over more than a hundred agents whose hot spots move: how much of
 //! the bound the hierarchy puts to use while it follows the demand.
 
-use super::seconds::standard_series;
-use super::{Chart, LineStyle, RunOptions, ScenarioReport};
+use super::seconds::offered_admitted_chart;
+use super::{RunOptions, ScenarioReport};
 use crate::error::SimError;
 use crate::hierarchy::{Hierarchy, HierarchyConfig};
-use crate::promises::Promise;
 
 pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let s = opts.scale;
@@ -27,28 +26,16 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let v = sim.levels();
     let bound = sim.bound();
     let servable = v.agents.offered.min(bound);
-    let mut report = ScenarioReport {
-        scenario: "zipf".into(),
-        seed: opts.seed,
-        title: "Zipf demand over many agents with moving hot spots".into(),
-        about: "A tenant limited to R = 5000 units/s (burst 10000) offers 150% of R over four \
+    let mut report = ScenarioReport::standard(
+        &sim,
+        ("zipf", opts.seed),
+        "Zipf demand over many agents with moving hot spots",
+        "A tenant limited to R = 5000 units/s (burst 10000) offers 150% of R over four \
                 regions of agents, Zipf-distributed (exponent 1.1) so a few agents carry most of \
                 it; every few seconds the ranking is reshuffled and the hot spots move. Leases \
-                follow measured demand, idle credit flows back up, and the bound holds."
-            .into(),
-        checked: Promise::ALL.to_vec(),
-        promises: sim.promises(),
-        facts: Vec::new(),
-        series: standard_series(&sim),
-        chart: Chart::new(
-            "Offered and admitted per second, Zipf demand",
-            "time (s)",
-            "units per second",
-        )
-        .line("offered", "offered", LineStyle::Solid)
-        .line("admitted", "admitted", LineStyle::Solid)
-        .line("bound_1s", "B + R·1s", LineStyle::Dashed),
-    };
+                follow measured demand, idle credit flows back up, and the bound holds.",
+        offered_admitted_chart("Offered and admitted per second, Zipf demand", "B + R·1s"),
+    );
     report.fact("agents", cfg.agents());
     report.fact("offered", v.agents.offered);
     report.fact("admitted", v.agents.admitted);

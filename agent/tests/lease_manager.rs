@@ -103,3 +103,64 @@ async fn leased_credit_flows_to_demand_and_shutdown_settles_exactly() {
         assert!(acct.stats.used <= bound, "within B + r*T");
     });
 }
+
+/// A key the engine drops (idle past its key lifetime) gives its lease back at once, long
+/// before the manager's own idle release, and with its exact usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_engine_drops_releases_its_lease() {
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
+    let local = Arc::new(LocalGrantor::new(
+        Ledger::new(LedgerConfig::root("standalone")),
+        signer,
+        Arc::new(SystemClock::new()),
+    ));
+    local.install(std::slice::from_ref(&policy)).unwrap();
+    let clock = SystemClock::new();
+    let limits = leasehold_agent::engine::EngineLimits {
+        key_idle_ns: 50_000_000,
+        ..Default::default()
+    };
+    let engine = Arc::new(
+        Engine::builder()
+            .limits(limits)
+            .start(clock.now())
+            .build(RuleSource::from_policies(vec![policy.clone()]))
+            .unwrap(),
+    );
+    let mut cfg = ManagerConfig::new("gw-1");
+    cfg.tick_ms = 5;
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let manager = LeaseManager::new(
+        cfg,
+        local.clone(),
+        clock.clone(),
+        engine.take_acquire_queue().unwrap(),
+    );
+    let task = tokio::spawn(manager.run(rx));
+    let a = Agent {
+        engine: Arc::clone(&engine),
+        clock: clock.clone(),
+        stop,
+        task,
+    };
+    let mut admitted = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(200) {
+        admitted += u64::from(admit(&a, "acme"));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(admitted > 0);
+    let live = |l: &Ledger| l.leases().count();
+    assert_eq!(local.with_ledger(live), 1, "one lease held");
+    // Idle past the key lifetime: the engine drops the key, and the manager its lease.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(engine.sweep(clock.now()) >= 1, "the engine dropped the key");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(local.with_ledger(live), 0, "the lease went back");
+    let used: u64 = local.with_ledger(|l| l.accounts().map(|(_, a)| a.stats.used).sum());
+    assert_eq!(used, admitted, "released with its exact usage");
+    a.stop.send(true).unwrap();
+    let counters = a.task.await.unwrap();
+    assert_eq!(counters.evicted_released, 1);
+}

@@ -5,7 +5,8 @@
 //! at any instant, without locks on the hot path. It acquires a lease the first time a key
 //! sees traffic, reports cumulative usage and renews before the credit or the lease runs out
 //! (sized from measured demand), hands back credit well beyond its demand, releases keys that
-//! went idle, and releases everything with its exact final usage on shutdown.
+//! went idle or that the engine dropped (their slot is then held by nobody else), and
+//! releases everything with its exact final usage on shutdown.
 //!
 //! **Crash safety** ([`LeaseManager::with_store`], `--state-file`). Per lease, the manager
 //! makes a *mark* durable before the slot may hold credit up to it (see [`super::marks`]),
@@ -106,6 +107,8 @@ pub struct ManagerCounters {
     pub revocations: u64,
     pub watch_connects: u64,
     pub policies_installed: u64,
+    /// Leases handed back because the engine dropped their key.
+    pub evicted_released: u64,
 }
 
 pub(super) type HeldKey = (Arc<str>, Box<str>);
@@ -292,6 +295,18 @@ impl LeaseManager {
     }
 
     async fn acquire(&mut self, req: AcquireRequest) {
+        // A new slot for a key still held: the engine dropped the old one and the key came
+        // back. The old lease can no longer be spent through the engine; settle it first.
+        let k = (Arc::clone(&req.policy_id), req.key.clone());
+        if let Some(old) = self.held.remove(&k) {
+            if !Arc::ptr_eq(&old.slot, &req.slot) {
+                self.counters.evicted_released += 1;
+                self.release(old).await;
+            } else {
+                self.held.insert(k, old);
+                return;
+            }
+        }
         let sent_at = self.clock.now();
         let r = pb::AcquireRequest {
             holder_id: self.cfg.holder_id.clone(),

@@ -30,6 +30,14 @@ impl LeaseManager {
             self.forget.push(h.lease_id);
             return;
         }
+        // Only this manager still holds the slot: the engine dropped the key (idle, or its
+        // policy removed), so nothing can spend the lease any more; hand it back now.
+        if Arc::strong_count(&h.slot) == 1 {
+            let h = self.held.remove(&k).expect("present");
+            self.counters.evicted_released += 1;
+            self.release(h).await;
+            return;
+        }
         let idle_ns = self.cfg.idle_release_ms * NS_PER_MS;
         if now.0.saturating_sub(h.slot.last_offered_ns()) >= idle_ns
             && now.saturating_since(h.last_report) >= idle_ns

@@ -164,3 +164,58 @@ async fn a_key_the_engine_drops_releases_its_lease() {
     let counters = a.task.await.unwrap();
     assert_eq!(counters.evicted_released, 1);
 }
+
+/// With the grantor's keys configured, only leases it really signed are spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_signed_by_an_untrusted_key_are_never_spent() {
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let rng = ring::rand::SystemRandom::new();
+    let signer = LeaseSigner::generate(&rng).unwrap();
+    let trusted = signer.public_key().to_vec();
+    let stranger = LeaseSigner::generate(&rng).unwrap().public_key().to_vec();
+    let local = Arc::new(LocalGrantor::new(
+        Ledger::new(LedgerConfig::root("standalone")),
+        signer,
+        Arc::new(SystemClock::new()),
+    ));
+    local.install(std::slice::from_ref(&policy)).unwrap();
+    for (key, should_admit) in [(stranger, false), (trusted, true)] {
+        let clock = SystemClock::new();
+        let engine = Arc::new(
+            Engine::builder()
+                .start(clock.now())
+                .build(RuleSource::from_policies(vec![policy.clone()]))
+                .unwrap(),
+        );
+        let mut verifier = leasehold_common::lease::LeaseVerifier::new();
+        verifier.trust(&key).unwrap();
+        let mut cfg = ManagerConfig::new(if should_admit { "gw-ok" } else { "gw-no" });
+        cfg.tick_ms = 5;
+        cfg.retry_ms = 20;
+        cfg.verifier = Some(verifier);
+        let queue = engine.take_acquire_queue().unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task =
+            tokio::spawn(LeaseManager::new(cfg, local.clone(), clock.clone(), queue).run(rx));
+        let a = Agent {
+            engine,
+            clock,
+            stop,
+            task,
+        };
+        let mut admitted = 0u64;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(200) {
+            admitted += u64::from(admit(&a, "acme"));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        a.stop.send(true).unwrap();
+        let counters = a.task.await.unwrap();
+        if should_admit {
+            assert!(admitted > 0 && counters.bad_signatures == 0, "{counters:?}");
+        } else {
+            assert_eq!(admitted, 0, "nothing spent on an unverified lease");
+            assert!(counters.bad_signatures > 0, "{counters:?}");
+        }
+    }
+}

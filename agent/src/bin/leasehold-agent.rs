@@ -89,6 +89,10 @@ struct Args {
     /// Lease state file (a sled database): a restarted agent never spends credit twice.
     #[arg(long)]
     state_file: Option<PathBuf>,
+    /// Public key (hex) the allocators sign leases with (repeatable); leases without a
+    /// valid signature by one of them are never spent.
+    #[arg(long = "allocator-key")]
+    allocator_keys: Vec<String>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -116,6 +120,7 @@ impl Args {
             listen_tls: tls_files(self.tls_ca, self.tls_cert, self.tls_key),
             listen_insecure: self.listen_insecure,
             state_file: self.state_file,
+            allocator_keys: self.allocator_keys,
         };
         (self.config, overrides)
     }
@@ -211,6 +216,7 @@ async fn main() -> Result<()> {
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());
     manager_cfg.state_file = cfg.state_file.clone();
+    manager_cfg.verifier = cfg.lease_verifier()?;
     let manager = LeaseManager::open(manager_cfg, grantor(&cfg, &policies)?, clock.clone(), queue)
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_engine(Arc::clone(&engine));

@@ -26,6 +26,7 @@ mod validate;
 mod tests;
 
 use crate::api::listen::ListenAddr;
+use leasehold_common::lease::LeaseVerifier;
 use leasehold_proto::transport::{ClientTransport, TlsConfigError, TlsPaths, TlsPem};
 use serde::Deserialize;
 use std::io::Read;
@@ -146,6 +147,9 @@ pub struct AgentConfig {
     pub listen_insecure: bool,
     /// Where the lease manager keeps its crash-safety state, if anywhere.
     pub state_file: Option<PathBuf>,
+    /// Public keys (hex of 32-byte Ed25519 keys) the allocators sign leases with; when
+    /// set, a lease without a valid signature by one of them is never spent.
+    pub allocator_keys: Vec<String>,
 }
 
 impl Default for AgentConfig {
@@ -164,6 +168,7 @@ impl Default for AgentConfig {
             listen_tls: None,
             listen_insecure: false,
             state_file: None,
+            allocator_keys: Vec::new(),
         }
     }
 }
@@ -197,6 +202,8 @@ pub struct Overrides {
     pub listen_insecure: Option<bool>,
     /// `--state-file`.
     pub state_file: Option<PathBuf>,
+    /// `--allocator-key`, repeated.
+    pub allocator_keys: Vec<String>,
 }
 
 impl AgentConfig {
@@ -271,6 +278,7 @@ impl AgentConfig {
         set(&mut self.listen_tls, flags.listen_tls.map(Some));
         set(&mut self.listen_insecure, flags.listen_insecure);
         set(&mut self.state_file, flags.state_file.map(Some));
+        set_list(&mut self.allocator_keys, flags.allocator_keys);
     }
 
     /// The gRPC listen address.
@@ -298,6 +306,22 @@ impl AgentConfig {
 
     /// How to reach the allocators: mutual TLS with `allocator_tls`, or plaintext when
     /// `insecure`. Call on a validated configuration of a non-standalone agent.
+    /// The verifier of lease signatures, when `allocator_keys` are set.
+    pub fn lease_verifier(&self) -> Result<Option<LeaseVerifier>, ConfigError> {
+        if self.allocator_keys.is_empty() {
+            return Ok(None);
+        }
+        let mut v = LeaseVerifier::new();
+        for (i, text) in self.allocator_keys.iter().enumerate() {
+            let bad = |reason: String| {
+                validate::invalid("allocator_keys", format!("entry {i}: {text}"), reason)
+            };
+            let bytes = hex::decode(text.trim()).map_err(|e| bad(format!("not hex: {e}")))?;
+            v.trust(&bytes).map_err(|e| bad(e.to_string()))?;
+        }
+        Ok(Some(v))
+    }
+
     pub fn allocator_transport(&self) -> Result<ClientTransport, ConfigError> {
         match (&self.allocator_tls, self.insecure) {
             (_, true) => Ok(ClientTransport::Plaintext),

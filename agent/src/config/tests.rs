@@ -14,6 +14,7 @@ response_headers: true
 listen_tls: {ca: gw-ca.pem, cert: listen.pem, key: listen-key.pem}
 listen_insecure: false
 state_file: /var/lib/leasehold/agent.state
+allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -56,8 +57,12 @@ fn every_field_is_read_from_the_file() {
         }),
         listen_insecure: false,
         state_file: Some("/var/lib/leasehold/agent.state".into()),
+        allocator_keys: vec![
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".into(),
+        ],
     };
     assert_eq!(c, expected);
+    assert!(c.lease_verifier().unwrap().is_some());
     c.validate().unwrap();
 }
 
@@ -206,6 +211,16 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.state_file = Some(PathBuf::new()),
             "state_file",
             "empty path",
+        ),
+        (
+            |c| c.allocator_keys = vec!["zz".into()],
+            "allocator_keys",
+            "not hex",
+        ),
+        (
+            |c| c.allocator_keys = vec!["0011".into()],
+            "allocator_keys",
+            "32",
         ),
         (
             |c| c.ratelimit_config = Some("x".repeat(PATH_LEN_MAX + 1).into()),

@@ -49,6 +49,14 @@ impl AgentConfig {
             .map_err(|e| invalid("holder_id", &self.holder_id, e.to_string()))?;
         self.check_files()?;
         self.check_grantor()?;
+        if self.standalone && !self.allocator_keys.is_empty() {
+            return Err(invalid(
+                "allocator_keys",
+                self.allocator_keys.join(","),
+                "not used with `standalone: true` (leases come from this process)",
+            ));
+        }
+        self.lease_verifier()?;
         self.check_listener(&grpc)
     }
 

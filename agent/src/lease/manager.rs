@@ -21,7 +21,8 @@
 //! the engine (an agent needs no policy files of its own) and emergency switches reach
 //! it. A broken or silent stream is reopened with the last sequence number seen.
 //!
-//! Not built yet: signature checks of received leases.
+//! **Signatures** (`ManagerConfig::verifier`). With the grantor's public keys configured, a
+//! lease (or a new version of one) whose signature does not verify is never spent.
 
 use super::grantor::{Grantor, GrantorError};
 use super::marks::MARK_UNBOUNDED;
@@ -31,6 +32,7 @@ use super::watch::Watching;
 use crate::credit::{CreditSlot, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_common::lease::HolderConfig;
+use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::time::{Clock, Nanos, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
@@ -66,6 +68,9 @@ pub struct ManagerConfig {
     /// Where [`LeaseManager::open`] keeps the crash-safety state; None: start with
     /// nothing after a restart.
     pub state_file: Option<PathBuf>,
+    /// Keys the grantor signs leases with; a lease without a valid signature by one of
+    /// them is never spent. None: leases are trusted on the grantor's TLS identity alone.
+    pub verifier: Option<LeaseVerifier>,
 }
 
 impl ManagerConfig {
@@ -83,6 +88,7 @@ impl ManagerConfig {
             watch_silence_max_ms: 15_000,
             watch_retry_ms: 1_000,
             state_file: None,
+            verifier: None,
         }
     }
 }
@@ -107,6 +113,8 @@ pub struct ManagerCounters {
     pub revocations: u64,
     pub watch_connects: u64,
     pub policies_installed: u64,
+    /// Leases refused because their signature did not verify.
+    pub bad_signatures: u64,
     /// Leases handed back because the engine dropped their key.
     pub evicted_released: u64,
 }
@@ -272,9 +280,11 @@ impl LeaseManager {
         while let Ok(req) = self.queue.try_recv() {
             self.waiting.push((req, now));
         }
-        // Every call below takes at most this many ids: an acquire per waiting key, and per
-        // held lease a report plus the release and restart of a replacement.
-        let ids = self.waiting.len() + 3 * self.held.len() + self.orphans.len();
+        // Every call below takes at most this many ids: per waiting key an acquire, the
+        // release of a lease its key held before the engine dropped it and the release of a
+        // refused lease; per held lease a report plus the release and restart of a
+        // replacement.
+        let ids = 3 * self.waiting.len() + 3 * self.held.len() + self.orphans.len();
         if !self.reserve_request_ids(ids as u64).await {
             return;
         }
@@ -323,7 +333,21 @@ impl LeaseManager {
         match self.grantor.acquire(r).await {
             Ok(pb::AcquireResponse {
                 lease: Some(lease), ..
-            }) => self.start(req, lease, sent_at),
+            }) if self.verified(&lease) => self.start(req, lease, sent_at),
+            Ok(pb::AcquireResponse {
+                lease: Some(lease), ..
+            }) => {
+                // Never spent, so given straight back: the credit is not lost to the others.
+                req.slot.set_state(SlotState::Denied);
+                let r = pb::ReleaseRequest {
+                    holder_id: self.cfg.holder_id.clone(),
+                    lease_id: lease.lease_id,
+                    final_used: 0,
+                    request_id: self.request_id(),
+                };
+                let _ = self.grantor.release(r).await;
+                self.waiting.push((req, retry_at));
+            }
             Ok(denied) => {
                 tracing::debug!(policy = %req.policy_id, key = %req.key, reason = denied.deny_reason, "lease denied for now");
                 self.counters.denials += 1;
@@ -342,6 +366,21 @@ impl LeaseManager {
                 self.counters.denials += 1;
                 req.slot.set_state(SlotState::Denied);
                 self.waiting.push((req, retry_at));
+            }
+        }
+    }
+
+    /// Whether `lease` carries a valid signature of a trusted key (always, without keys).
+    pub(super) fn verified(&mut self, lease: &pb::Lease) -> bool {
+        let Some(verifier) = &self.cfg.verifier else {
+            return true;
+        };
+        match verifier.verify(&super::wire::lease_from_pb(lease)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(lease_id = lease.lease_id, error = %e, "lease signature refused; not spending it");
+                self.counters.bad_signatures += 1;
+                false
             }
         }
     }

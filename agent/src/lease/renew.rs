@@ -105,6 +105,9 @@ impl LeaseManager {
     }
 
     async fn renewed(&mut self, k: HeldKey, resp: pb::ReportResponse, used: u64, sent_at: Nanos) {
+        // An unverified version changes nothing: the lease keeps its credit and deadline.
+        let lease = resp.lease.filter(|l| self.verified(l));
+        let replacement = resp.replacement.filter(|l| self.verified(l));
         let h = self.held.get_mut(&k).expect("present");
         h.reported_used = used;
         h.last_report = sent_at;
@@ -112,7 +115,7 @@ impl LeaseManager {
         if h.slot.state() == SlotState::Unreachable {
             h.slot.set_state(SlotState::Active);
         }
-        if let Some(lease) = resp.lease {
+        if let Some(lease) = lease {
             h.credit = h.credit.max(lease.credit);
             if lease.generation > h.generation {
                 h.generation = lease.generation;
@@ -121,7 +124,7 @@ impl LeaseManager {
                 h.slot.deposit(0, h.deadline.0);
             }
         }
-        if let Some(new) = resp.replacement {
+        if let Some(new) = replacement {
             let old = self.held.remove(&k).expect("present");
             let req = AcquireRequest {
                 policy_id: old.policy_id.clone(),

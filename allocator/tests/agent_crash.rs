@@ -267,3 +267,40 @@ fn a_killed_and_restarted_agent_admits_at_most_b_plus_rt() {
         );
     }
 }
+
+/// SIGTERM: the agent releases its lease with its exact usage before it exits, so the
+/// unspent credit is back at once (after a SIGKILL without a state file it stays out until
+/// the lease expires, 20 s here) and a successor admits straight away.
+#[test]
+fn a_sigtermed_agent_returns_its_credit() {
+    let bin = agent_binary();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_node, server) = start_allocator(dir);
+    let (mut first, port) = start_agent(&bin, dir, &server, None);
+    let admitted = drive(port, Duration::from_millis(1_000));
+    assert!(admitted > 0, "the first run admitted nothing");
+    assert_eq!(live_leases(&server).len(), 1);
+    let pid = first.0.id().to_string();
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = first.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "agent did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "graceful exit: {status:?}");
+    assert!(
+        live_leases(&server).is_empty(),
+        "the lease was released on SIGTERM"
+    );
+    let (_second, port) = start_agent(&bin, dir, &server, None);
+    let second = drive(port, Duration::from_millis(500));
+    assert!(
+        second > 0,
+        "the released credit is available to a successor at once"
+    );
+}

@@ -70,10 +70,10 @@ pub enum EngineError {
 #[derive(Debug, Default)]
 pub(crate) struct RuleSet {
     pub(crate) policies: Vec<Arc<CompiledPolicy>>,
-    by_id: HashMap<Arc<str>, usize>,
+    by_id: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
     pub(crate) envoy: Option<EnvoyConfig>,
     /// Envoy rule id → index of its mapped policy.
-    envoy_rules: HashMap<String, usize>,
+    envoy_rules: HashMap<String, usize, foldhash::fast::RandomState>,
     /// The earliest `effective_at` of a version given but not yet in force.
     pub(crate) pending_at: Option<jiff::Timestamp>,
     pub(crate) source: RuleSource,

@@ -13,7 +13,6 @@ use super::local::LocalLimiter;
 use leasehold_common::algo::TokenBucket;
 use leasehold_common::time::Nanos;
 use parking_lot::{Mutex, RwLock};
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -115,13 +114,16 @@ impl Entry {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
-type Shard = RwLock<HashMap<Box<str>, Arc<Entry>>>;
+/// Keys come from callers (an attacker may choose them), so the hash is seeded per table;
+/// foldhash's quality variant costs a fraction of SipHash on the hot path.
+type KeyHasher = foldhash::quality::RandomState;
+type Shard = RwLock<HashMap<Box<str>, Arc<Entry>, KeyHasher>>;
 
 pub(crate) struct KeyTable {
     shards: Box<[Shard]>,
     shard_cap: usize,
     idle_ns: u64,
-    hasher: RandomState,
+    hasher: KeyHasher,
     len: AtomicUsize,
     evictions: AtomicU64,
 }
@@ -133,10 +135,12 @@ impl KeyTable {
         let keys_max = keys_max.max(1);
         let count = shards.clamp(1, keys_max);
         KeyTable {
-            shards: (0..count).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..count)
+                .map(|_| RwLock::new(HashMap::with_hasher(KeyHasher::default())))
+                .collect(),
             shard_cap: keys_max / count,
             idle_ns,
-            hasher: RandomState::new(),
+            hasher: KeyHasher::default(),
             len: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
         }
@@ -185,7 +189,7 @@ impl KeyTable {
         Ok((entry, true))
     }
 
-    fn evict_idle(&self, shard: &mut HashMap<Box<str>, Arc<Entry>>, now: Nanos) {
+    fn evict_idle(&self, shard: &mut HashMap<Box<str>, Arc<Entry>, KeyHasher>, now: Nanos) {
         let before = shard.len();
         shard.retain(|_, e| !(e.idle_since(now, self.idle_ns) && e.evictable()));
         self.note_removed(before - shard.len());

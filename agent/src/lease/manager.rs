@@ -192,7 +192,7 @@ impl LeaseManager {
             queue,
             held: BTreeMap::new(),
             waiting: Vec::new(),
-            next_request: 0,
+            next_request: request_ids_start(),
             store: None,
             request_ids_end: u64::MAX,
             forget: Vec::new(),
@@ -431,4 +431,14 @@ impl LeaseManager {
         }
         self.commit_pending().await;
     }
+}
+
+/// Where a run's request ids start without a state file: the wall clock in nanoseconds, so
+/// a restarted agent keeps above the ids of its previous runs (the grantor refuses an id
+/// lower than one it has seen from the holder). A state file continues from what it
+/// recorded instead.
+fn request_ids_start() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2))
 }

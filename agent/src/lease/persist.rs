@@ -141,7 +141,9 @@ impl LeaseManager {
                 return;
             }
         };
-        self.next_request = recorded.request_ids_end;
+        // Above both what the file reserved and the wall-clock start (a run without the
+        // file may have used higher ids).
+        self.next_request = self.next_request.max(recorded.request_ids_end);
         self.request_ids_end = recorded.request_ids_end;
         self.orphans = recorded.marks;
         if !self.orphans.is_empty() {

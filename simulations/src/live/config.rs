@@ -1,6 +1,7 @@
 //! What the live demo starts and how hard it drives it.
 
 use super::error::LiveError;
+use leasehold_common::rate::Rate;
 
 /// The policy the demo applies: one budget per tenant.
 pub const POLICY_ID: &str = "api";
@@ -128,6 +129,12 @@ impl LiveConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The policy's rate per key.
+    pub fn rate(&self) -> Result<Rate, LiveError> {
+        Rate::per_second(self.rate_per_sec)
+            .map_err(|_| LiveError::config("rate_per_sec", self.rate_per_sec, "must be positive"))
     }
 
     /// The policy YAML applied through the global cluster's admin API.

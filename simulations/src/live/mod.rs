@@ -23,6 +23,7 @@ pub use config::{LiveConfig, POLICY_ID, REGIONS};
 pub use error::LiveError;
 pub use summary::{Snapshot, Summary};
 
+use leasehold_common::rate::Rate;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use stack::Stack;
@@ -37,15 +38,19 @@ pub async fn run(
     mut on_progress: impl FnMut(&Snapshot),
 ) -> Result<Summary, LiveError> {
     cfg.validate()?;
+    let rate = cfg.rate()?;
     let stack = Stack::start(cfg).await?;
-    let (tally, elapsed_ns) = drive(cfg, &stack, &mut on_progress).await;
+    let (tally, elapsed_ns) = drive(cfg, rate, &stack, &mut on_progress).await;
     let allocators = stack.stop().await?;
-    Ok(summary::summarise(cfg, &tally, elapsed_ns, allocators))
+    Ok(summary::summarise(
+        cfg, rate, &tally, elapsed_ns, allocators,
+    ))
 }
 
 /// Offers the requests as they come due, tick by tick, and records the answers.
 async fn drive(
     cfg: &LiveConfig,
+    rate: Rate,
     stack: &Stack,
     on_progress: &mut impl FnMut(&Snapshot),
 ) -> (Tally, u64) {
@@ -76,7 +81,7 @@ async fn drive(
             sent += 1;
         }
         if now >= next_progress {
-            on_progress(&summary::snapshot(cfg, &tally, now));
+            on_progress(&summary::snapshot(cfg, rate, &tally, now));
             next_progress += progress_ns;
         }
         if now >= duration_ns {

@@ -80,14 +80,9 @@ impl Summary {
     }
 }
 
-fn rate_of(cfg: &LiveConfig) -> Rate {
-    // Validated to be positive and bounded.
-    Rate::per_second(cfg.rate_per_sec.max(1)).unwrap_or_else(|_| unreachable!())
-}
-
 /// `tenants × (B + r·T)`.
-pub fn bound(cfg: &LiveConfig, elapsed_ns: u64) -> u64 {
-    cfg.tenants as u64 * (cfg.burst + rate_of(cfg).units_in(elapsed_ns))
+pub fn bound(cfg: &LiveConfig, rate: Rate, elapsed_ns: u64) -> u64 {
+    cfg.tenants as u64 * (cfg.burst + rate.units_in(elapsed_ns))
 }
 
 /// Counts per level, with agent names.
@@ -107,10 +102,10 @@ pub fn levels(cfg: &LiveConfig, tally: &Tally) -> Levels {
     }
 }
 
-pub fn snapshot(cfg: &LiveConfig, tally: &Tally, elapsed_ns: u64) -> Snapshot {
+pub fn snapshot(cfg: &LiveConfig, rate: Rate, tally: &Tally, elapsed_ns: u64) -> Snapshot {
     Snapshot {
         elapsed_ms: elapsed_ns / 1_000_000,
-        bound: bound(cfg, elapsed_ns),
+        bound: bound(cfg, rate, elapsed_ns),
         levels: levels(cfg, tally),
     }
 }
@@ -118,8 +113,7 @@ pub fn snapshot(cfg: &LiveConfig, tally: &Tally, elapsed_ns: u64) -> Snapshot {
 /// Checks every window of every key. Admissions are bucketed, so those of buckets `i..=j`
 /// happened within `(j − i + 1)` buckets of time: the checker's `B + r·(j − i)·step` gets
 /// one bucket's refill added to the burst to stay exact.
-pub fn check(cfg: &LiveConfig, tally: &Tally) -> BoundCheck {
-    let rate = rate_of(cfg);
+pub fn check(cfg: &LiveConfig, rate: Rate, tally: &Tally) -> BoundCheck {
     let step = tally.bucket_ns();
     let burst = cfg.burst + rate.units_in(step);
     let mut all = BoundCheck::default();
@@ -138,13 +132,14 @@ pub fn check(cfg: &LiveConfig, tally: &Tally) -> BoundCheck {
 /// The final summary; `allocators` are the clusters' ledger figures for the policy.
 pub fn summarise(
     cfg: &LiveConfig,
+    rate: Rate,
     tally: &Tally,
     elapsed_ns: u64,
     allocators: BTreeMap<String, ClusterFigures>,
 ) -> Summary {
-    let c = check(cfg, tally);
+    let c = check(cfg, rate, tally);
     let total = tally.total();
-    let bound = bound(cfg, elapsed_ns);
+    let bound = bound(cfg, rate, elapsed_ns);
     let stranded = allocators.values().map(|f| f.stranded).sum();
     let policy = PolicySummary {
         keys: cfg.tenants as u64,
@@ -262,4 +257,59 @@ pub fn format_summary(s: &Summary) -> String {
     }
     let _ = writeln!(out, "  stranded from: {}", s.stranded_source);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (LiveConfig, Rate, Tally) {
+        let cfg = LiveConfig {
+            tenants: 2,
+            agents_per_region: 1,
+            rate_per_sec: 100,
+            burst: 10,
+            ..LiveConfig::default()
+        };
+        let rate = cfg.rate().unwrap();
+        let tally = Tally::new(REGIONS.len(), 1, 2, 1_000_000_000);
+        (cfg, rate, tally)
+    }
+
+    #[test]
+    fn a_window_over_burst_plus_refill_is_a_violation() {
+        let (cfg, rate, mut tally) = setup();
+        // One 10 ms bucket may hold the burst and that bucket's refill (1 unit), per key.
+        for _ in 0..11 {
+            tally.record(0, 0, 0, 0, true);
+            tally.record(1, 0, 1, 0, true);
+        }
+        assert_eq!(check(&cfg, rate, &tally).violations, 0);
+        tally.record(1, 0, 1, 5_000_000, true);
+        let c = check(&cfg, rate, &tally);
+        assert!(c.violations > 0 && c.worst_excess == 1, "{c:?}");
+        let s = summarise(&cfg, rate, &tally, 1_000_000_000, BTreeMap::new());
+        let p = &s.policies[POLICY_ID];
+        assert_eq!(
+            (p.admitted, p.bound, p.violations),
+            (23, 2 * 110, c.violations)
+        );
+        assert_eq!(s.violations(), c.violations);
+    }
+
+    #[test]
+    fn stranded_sums_the_clusters_and_levels_name_the_agents() {
+        let (cfg, rate, mut tally) = setup();
+        tally.record(1, 0, 0, 0, false);
+        let figures = |stranded| ClusterFigures {
+            stranded,
+            ..ClusterFigures::default()
+        };
+        let clusters = BTreeMap::from([("global".into(), figures(5)), ("eu".into(), figures(2))]);
+        let s = summarise(&cfg, rate, &tally, 1_000_000_000, clusters);
+        assert_eq!(s.policies[POLICY_ID].stranded, 7);
+        let us = &s.levels.regions["us"];
+        assert_eq!(us.agents["us-agent-1"].rejected, 1);
+        assert!(format_progress(&snapshot(&cfg, rate, &tally, 0)).contains("us-agent-1"));
+    }
 }

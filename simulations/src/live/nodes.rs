@@ -6,6 +6,7 @@ use leasehold_allocator::config::AllocatorConfig;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, DevPki, Role};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,6 +26,8 @@ pub struct NodeHandle {
     pub http_addr: String,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), String>>,
+    /// Why the node stopped on its own, once it has.
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 /// Where a node sits in the hierarchy.
@@ -102,11 +105,19 @@ pub fn start_node(dir: &Path, spec: &NodeSpec<'_>) -> Result<NodeHandle, LiveErr
     })?;
     let (grpc_addr, http_addr) = (cfg.grpc_addr.to_string(), cfg.http_addr.to_string());
     let (stop, rx) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        leasehold_allocator::server::run(cfg, rx)
-            .await
-            .map_err(|e| e.to_string())
-    });
+    let failure = Arc::new(Mutex::new(None));
+    let task = {
+        let failure = Arc::clone(&failure);
+        tokio::spawn(async move {
+            let result = leasehold_allocator::server::run(cfg, rx)
+                .await
+                .map_err(|e| e.to_string());
+            if let Err(e) = &result {
+                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+            }
+            result
+        })
+    };
     Ok(NodeHandle {
         name,
         cluster: spec.cluster.to_string(),
@@ -114,6 +125,7 @@ pub fn start_node(dir: &Path, spec: &NodeSpec<'_>) -> Result<NodeHandle, LiveErr
         http_addr,
         stop,
         task,
+        failure,
     })
 }
 
@@ -121,9 +133,13 @@ impl NodeHandle {
     /// An error if the node's task ended (it failed to start or crashed).
     pub fn check_alive(&self) -> Result<(), LiveError> {
         if self.task.is_finished() {
+            let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            let reason = failure
+                .clone()
+                .unwrap_or_else(|| "stopped unexpectedly".into());
             return Err(LiveError::Node {
                 node: self.name.clone(),
-                reason: "stopped unexpectedly (see its log)".into(),
+                reason,
             });
         }
         Ok(())

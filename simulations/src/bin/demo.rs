@@ -17,37 +17,37 @@ use leasehold_simulations::live::{self, summary, LiveConfig};
 )]
 struct Args {
     /// Seconds of traffic, once the hierarchy is up.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = LiveConfig::default().duration_ms / 1_000)]
     duration: u64,
     /// Print the summary as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     json: bool,
     /// Seed of the synthetic traffic.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = LiveConfig::default().seed)]
     seed: u64,
     /// Agents in each region's cell.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = LiveConfig::default().agents_per_region)]
     agents_per_region: usize,
     /// Tenants, each a key of the policy with its own budget.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = LiveConfig::default().tenants)]
     tenants: usize,
     /// Policy rate per tenant, units per second.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = LiveConfig::default().rate_per_sec)]
     rate: u64,
     /// Policy burst per tenant, units.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = LiveConfig::default().burst)]
     burst: u64,
     /// Load of the lightest tenant as a percentage of the rate (heavier tenants offer more).
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = LiveConfig::default().load_pct)]
     load_pct: u64,
     /// Seconds between moves of each tenant's hot spot to the next region.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = LiveConfig::default().hot_spot_every_ms / 1_000)]
     hot_spot_every: u64,
     /// Lease time to live of the policy, milliseconds.
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = LiveConfig::default().lease_ttl_ms)]
     lease_ttl_ms: u64,
     /// Refresh horizon of the policy, milliseconds.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = LiveConfig::default().refresh_horizon_ms)]
     refresh_horizon_ms: u64,
     /// No progress lines.
     #[arg(long)]

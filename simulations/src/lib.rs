@@ -7,11 +7,13 @@
 //! injected at chosen times, and the promises are checked as it runs ([`promises`]).
 //! [`scenario`] builds the named scenarios and the fuzz mode on it; [`output`] writes
 //! their CSV, SVG and Markdown. A run is a pure function of its configuration and seed, so
-//! a failing seed replays exactly.
+//! a failing seed replays exactly. [`live`] is the demo: the real allocator and agent
+//! code on loopback sockets, driven by synthetic traffic and checked against the bound.
 
 pub mod bound;
 pub mod error;
 pub mod hierarchy;
+pub mod live;
 pub mod output;
 pub mod promises;
 pub mod scenario;

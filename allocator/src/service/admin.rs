@@ -164,21 +164,27 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
                 } else {
                     r.version
                 };
+                let shadow = s
+                    .shadow_tally(&r.policy_id, version)
+                    .map(|t| pb::ShadowStats {
+                        would_deny_requests: t.would_deny_requests,
+                        would_deny_units: 0,
+                        since_ms: nanos_to_ms(t.since_ns),
+                    });
                 Some((
                     policy_info(s, &r.policy_id, version)?,
                     summary(s, &r.policy_id)?,
+                    shadow,
                 ))
             })
             .await?;
-        let (policy, summary) = found.ok_or_else(|| {
+        let (policy, summary, shadow_stats) = found.ok_or_else(|| {
             Status::not_found(format!("no policy '{id}' (or no such version kept)"))
         })?;
-        // Would-deny counts are kept by the agents that evaluate shadow policies; the
-        // allocator does not aggregate them yet, so none are reported here.
         Ok(Response::new(pb::GetPolicyResponse {
             policy: Some(policy),
             summary: Some(summary),
-            shadow_stats: None,
+            shadow_stats,
         }))
     }
 
@@ -267,10 +273,23 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
                 "rate_milli_per_sec and burst must be positive",
             ));
         }
+        let (id, rate, burst) = (r.policy_id.clone(), r.rate_milli_per_sec, r.burst);
+        let preview = self
+            .read(move |s| s.preview_set_rate(&id, rate, burst))
+            .await?
+            .map_err(|e| admin_status(&e))?;
+        let mut resp = pb::SetBudgetResponse {
+            policy_version: preview.version,
+            diff: preview.diff,
+            old_rate_milli_per_sec: preview.old_rate_milli_per_sec,
+            old_burst: preview.old_burst,
+            new_rate_milli_per_sec: preview.new_rate_milli_per_sec,
+            new_burst: preview.new_burst,
+            changed: preview.changed,
+            dry_run: r.dry_run,
+        };
         if r.dry_run {
-            return Err(Status::unimplemented(
-                "dry_run for budget set: use `policy diff -f` with the edited document",
-            ));
+            return Ok(Response::new(resp));
         }
         let cmd = StateCommand::SetRate {
             policy_id: r.policy_id,
@@ -278,11 +297,12 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
             burst: r.burst,
             actor,
         };
-        let (_, policy_version, _, diff) = self.policy_change(cmd).await?;
-        Ok(Response::new(pb::SetBudgetResponse {
-            policy_version,
-            diff,
-        }))
+        // The committed answer wins over the preview: another change may have come between.
+        let (_, policy_version, changed, diff) = self.policy_change(cmd).await?;
+        resp.policy_version = policy_version;
+        resp.changed = changed;
+        resp.diff = diff;
+        Ok(Response::new(resp))
     }
 
     async fn split_budget(

@@ -2,7 +2,7 @@
 //! Only admin certificates may call it; every change is audited under the caller's name.
 
 use super::auth::admin_caller;
-use super::budget::{budget_tree, rebalance};
+use super::budget::budget_tree;
 use super::cluster::ClusterControl;
 use super::convert::{
     admin_status, emergency_from_pb, emergency_to_pb, lease_to_pb, replica_status,
@@ -13,9 +13,11 @@ use crate::state::{admin_prepare, AllocatorState, StateCommand, StateOutput};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminService;
 use leasehold_proto::transport::AuthMode;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+
+#[path = "admin_budget.rs"]
+mod budget_calls;
 
 pub struct AdminServer<R> {
     replica: R,
@@ -268,41 +270,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::SetBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        if r.rate_milli_per_sec == 0 || r.burst == 0 {
-            return Err(Status::invalid_argument(
-                "rate_milli_per_sec and burst must be positive",
-            ));
-        }
-        let (id, rate, burst) = (r.policy_id.clone(), r.rate_milli_per_sec, r.burst);
-        let preview = self
-            .read(move |s| s.preview_set_rate(&id, rate, burst))
-            .await?
-            .map_err(|e| admin_status(&e))?;
-        let mut resp = pb::SetBudgetResponse {
-            policy_version: preview.version,
-            diff: preview.diff,
-            old_rate_milli_per_sec: preview.old_rate_milli_per_sec,
-            old_burst: preview.old_burst,
-            new_rate_milli_per_sec: preview.new_rate_milli_per_sec,
-            new_burst: preview.new_burst,
-            changed: preview.changed,
-            dry_run: r.dry_run,
-        };
-        if r.dry_run {
-            return Ok(Response::new(resp));
-        }
-        let cmd = StateCommand::SetRate {
-            policy_id: r.policy_id,
-            rate_milli_per_sec: r.rate_milli_per_sec,
-            burst: r.burst,
-            actor,
-        };
-        // The committed answer wins over the preview: another change may have come between.
-        let (_, policy_version, changed, diff) = self.policy_change(cmd).await?;
-        resp.policy_version = policy_version;
-        resp.changed = changed;
-        resp.diff = diff;
-        Ok(Response::new(resp))
+        self.set_budget_call(actor, r).await.map(Response::new)
     }
 
     async fn split_budget(
@@ -311,49 +279,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::SplitBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        let mut weights = BTreeMap::new();
-        for c in &r.children {
-            if c.name.is_empty() || c.weight == 0 {
-                return Err(Status::invalid_argument(format!(
-                    "child '{}': needs a name and a positive weight",
-                    c.name
-                )));
-            }
-            if weights
-                .insert(c.name.clone(), u64::from(c.weight))
-                .is_some()
-            {
-                return Err(Status::invalid_argument(format!(
-                    "child '{}' named twice",
-                    c.name
-                )));
-            }
-        }
-        let reserve_ppm = (r.reserve_ppm > 0).then_some(u64::from(r.reserve_ppm));
-        if !r.dry_run {
-            let cmd = StateCommand::SplitBudget {
-                policy_id: r.policy_id.clone(),
-                weights: weights.clone(),
-                reserve_ppm,
-                actor,
-            };
-            self.propose(cmd).await?;
-        }
-        let id = r.policy_id.clone();
-        let (rate_milli, version) = self
-            .read(move |s| {
-                s.ledger()
-                    .policy(&id)
-                    .map(|p| (u128::from(p.rate.milli_per_sec()), p.version))
-            })
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
-        let children = super::views::split_children(&weights, rate_milli, r.reserve_ppm);
-        Ok(Response::new(pb::SplitBudgetResponse {
-            policy_version: version,
-            diff: String::new(),
-            children,
-        }))
+        self.split_budget_call(actor, r).await.map(Response::new)
     }
 
     async fn rebalance_budget(
@@ -362,21 +288,9 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::RebalanceBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        let id = r.policy_id.clone();
-        let (weights, changes) = self
-            .read(move |s| rebalance(s, &id))
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
-        if !r.dry_run && !weights.is_empty() {
-            let cmd = StateCommand::SplitBudget {
-                policy_id: r.policy_id,
-                weights,
-                reserve_ppm: None,
-                actor,
-            };
-            self.propose(cmd).await?;
-        }
-        Ok(Response::new(pb::RebalanceBudgetResponse { changes }))
+        self.rebalance_budget_call(actor, r)
+            .await
+            .map(Response::new)
     }
 
     async fn list_leases(

@@ -17,9 +17,10 @@ impl<R: Replica<AllocatorState>> AdminServer<R> {
         r: pb::SetBudgetRequest,
     ) -> Result<pb::SetBudgetResponse, Status> {
         if r.rate_milli_per_sec == 0 || r.burst == 0 {
-            return Err(Status::invalid_argument(
-                "rate_milli_per_sec and burst must be positive",
-            ));
+            return Err(Status::invalid_argument(format!(
+                "rate_milli_per_sec {} / burst {}: both must be positive",
+                r.rate_milli_per_sec, r.burst
+            )));
         }
         let (id, rate, burst) = (r.policy_id.clone(), r.rate_milli_per_sec, r.burst);
         let preview = self

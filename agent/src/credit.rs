@@ -76,6 +76,8 @@ pub struct CreditSlot {
     offered: AtomicU64,
     /// Last time (monotonic ns) the slot saw traffic, for idle release and eviction.
     last_offered_ns: AtomicU64,
+    /// Requests a shadow-mode policy would have denied under the current lease.
+    shadow_denied: AtomicU64,
     state: AtomicU8,
 }
 
@@ -134,6 +136,17 @@ impl CreditSlot {
         self.last_offered_ns.store(now_ns, Ordering::Relaxed);
     }
 
+    /// Counts a request the policy, in shadow mode, would have denied.
+    #[inline]
+    pub fn note_shadow_denied(&self) {
+        self.shadow_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Would-deny requests under the current lease (reported with it, cumulative).
+    pub fn shadow_denied(&self) -> u64 {
+        self.shadow_denied.load(Ordering::Relaxed)
+    }
+
     /// Adds newly leased credit and moves the deadline (lease manager only).
     pub fn deposit(&self, units: u64, deadline_ns: u64) {
         self.update(|epoch, remaining| {
@@ -158,6 +171,8 @@ impl CreditSlot {
     /// Returns the units that were left unspent (lease manager only).
     pub fn close(&self) -> u64 {
         self.deadline_ns.store(0, Ordering::Release);
+        // The count is per lease: the next lease on this slot reports from zero.
+        self.shadow_denied.store(0, Ordering::Relaxed);
         let before = self.update(|epoch, _| Some(pack(epoch.wrapping_add(1), 0)));
         unpack(before.unwrap_or(0)).1
     }

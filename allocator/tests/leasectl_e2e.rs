@@ -50,10 +50,10 @@ fn config(dir: &Path, id: u64, ports: &[(u16, u16)]) -> PathBuf {
     path
 }
 
-fn ctl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Output {
+fn ctl_command(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Command {
     let certs = dir.join("certs");
-    Command::new(LEASECTL)
-        .env("HOME", dir)
+    let mut c = Command::new(LEASECTL);
+    c.env("HOME", dir)
         .args(["--server", server, "--server-name", "localhost"])
         .arg("--ca")
         .arg(certs.join("ca.pem"))
@@ -61,9 +61,67 @@ fn ctl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Output {
         .arg(certs.join(format!("{identity}.pem")))
         .arg("--key")
         .arg(certs.join(format!("{identity}-key.pem")))
-        .args(args)
-        .output()
-        .unwrap()
+        .args(args);
+    c
+}
+
+fn ctl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Output {
+    ctl_command(dir, server, identity, args).output().unwrap()
+}
+
+/// A running `audit tail --follow -o json`, its JSON lines, killed when dropped.
+struct Follow {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Follow {
+    fn start(dir: &Path, server: &str) -> Follow {
+        let args = ["audit", "tail", "--follow", "-n", "1", "-o", "json"];
+        let mut child = ctl_command(dir, server, "admin-ops", &args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let v = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        Follow { child, lines }
+    }
+
+    /// The next entry printed, waiting at most `secs`.
+    fn next(&self, secs: u64) -> Value {
+        self.lines
+            .recv_timeout(Duration::from_secs(secs))
+            .expect("audit tail --follow printed an entry in time")
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn audit_len(dir: &Path, server: &str) -> usize {
+    let out = ctl(
+        dir,
+        server,
+        "admin-ops",
+        &["audit", "tail", "-n", "10000", "-o", "json"],
+    );
+    json(&out).as_array().unwrap().len()
 }
 
 fn json(out: &Output) -> Value {
@@ -161,6 +219,27 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
             .contains("rate.units: 100 -> 300"),
         "{diff}"
     );
+    assert_eq!(diff["affected_keys_total"], 0, "no holder has leased yet");
+    let audited = audit_len(dir, &server);
+    let dry = json(&admin(&[
+        "policy",
+        "apply",
+        "-f",
+        faster.to_str().unwrap(),
+        "--dry-run",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(
+        (&dry["version"], &dry["dry_run"]),
+        (&Value::from(2), &Value::Bool(true))
+    );
+    assert_eq!(
+        json(&admin(&["policy", "ls", "-o", "json"]))[0]["version"],
+        1,
+        "a dry-run apply commits nothing"
+    );
+    assert_eq!(audit_len(dir, &server), audited, "nor audits anything");
     assert_eq!(
         json(&admin(&[
             "policy",
@@ -193,12 +272,59 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
     assert_eq!(split["children"][0]["rate_per_sec"], 75.0);
     let shown = json(&admin(&["budget", "show", "api", "-o", "json"]));
     assert_eq!(shown["root"]["burst"], 200);
-    assert_eq!(
-        json(&admin(&[
-            "budget", "set", "api", "--rate", "150", "--burst", "300", "-o", "json"
-        ]))["policy_version"],
-        4
+    let audited = audit_len(dir, &server);
+    let preview = json(&admin(&[
+        "budget",
+        "set",
+        "api",
+        "--rate",
+        "150",
+        "--burst",
+        "300",
+        "--dry-run",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(preview["dry_run"], true, "{preview}");
+    assert_eq!(preview["changed"], true, "{preview}");
+    assert_eq!(preview["policy_version"], 4, "the version it would create");
+    assert_eq!(preview["old"]["rate_milli_per_sec"], 100_000, "{preview}");
+    assert_eq!(preview["old"]["burst"], 200, "{preview}");
+    assert_eq!(preview["new"]["rate_milli_per_sec"], 150_000, "{preview}");
+    assert_eq!(preview["new"]["burst"], 300, "{preview}");
+    let preview_diff = preview["diff"].as_str().unwrap();
+    assert!(preview_diff.contains("burst: 200 -> 300"), "{preview}");
+    let text = admin(&[
+        "budget",
+        "set",
+        "api",
+        "--rate",
+        "150",
+        "--burst",
+        "300",
+        "--dry-run",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("rate 100/s -> 150/s, burst 200 -> 300")
+            && text.contains("would create version 4"),
+        "{text}"
     );
+    assert_eq!(
+        json(&admin(&["policy", "get", "api", "-o", "json"]))["version"],
+        3,
+        "a dry-run budget set commits nothing"
+    );
+    assert_eq!(audit_len(dir, &server), audited, "nor audits anything");
+    let set = json(&admin(&[
+        "budget", "set", "api", "--rate", "150", "--burst", "300", "-o", "json",
+    ]));
+    assert_eq!(set["policy_version"], 4);
+    assert_eq!(
+        set["diff"], preview["diff"],
+        "the preview showed the real change"
+    );
+    assert_eq!(audit_len(dir, &server), audited + 1);
     json(&admin(&["budget", "rebalance", "api", "-o", "json"]));
     assert_eq!(
         json(&admin(&["lease", "ls", "-o", "json"])),
@@ -230,6 +356,37 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
         "-o",
         "json",
     ]));
+    json(&admin(&[
+        "emergency",
+        "normal",
+        "--policy",
+        "api",
+        "-o",
+        "json",
+    ]));
+
+    // A followed tail prints the newest entry, then each new one as it is committed.
+    let follow = Follow::start(dir, &server);
+    let newest = follow.next(10);
+    assert_eq!(newest["action"], "emergency.set", "{newest}");
+    json(&admin(&[
+        "emergency",
+        "fail-open",
+        "--policy",
+        "api",
+        "--reason",
+        "follow-check",
+        "-o",
+        "json",
+    ]));
+    let arrived = follow.next(10);
+    assert_eq!(arrived["reason"], "follow-check", "{arrived}");
+    assert_eq!(arrived["actor"], "admin/ops", "{arrived}");
+    assert!(
+        arrived["seq"].as_u64() > newest["seq"].as_u64(),
+        "{newest} then {arrived}"
+    );
+    drop(follow);
     json(&admin(&[
         "emergency",
         "normal",

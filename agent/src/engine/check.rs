@@ -64,7 +64,13 @@ impl Engine {
                 return restricted(&entry, units, min_priority, rate, ctx);
             }
             match &entry.state {
-                EntryState::Leased { .. } => self.check_leased(p, key, &entry, units, ctx),
+                EntryState::Leased { slot, .. } => {
+                    let step = self.check_leased(p, key, &entry, units, ctx);
+                    if p.shadow && matches!(step.outcome, Outcome::Denied(_)) {
+                        slot.note_shadow_denied();
+                    }
+                    step
+                }
                 EntryState::Local(_) => check_local(&entry, units, ctx),
                 EntryState::InFlight { .. } => check_in_flight(&entry, units),
             }

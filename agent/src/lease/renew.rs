@@ -86,6 +86,7 @@ impl LeaseManager {
             demand_milli_units_per_sec: per_sec.saturating_mul(1_000),
             request_id,
             policy_version: 0,
+            shadow_would_deny: h.slot.shadow_denied(),
         };
         self.counters.reports += 1;
         let sent_at = now;

@@ -83,6 +83,37 @@ fn tree_rows(n: &pb::BudgetNode, depth: usize, t: &mut Table) {
     }
 }
 
+/// What `budget set` prints: old and new values, the version and the field changes.
+fn set_rendered(policy_id: &str, r: &pb::SetBudgetResponse) -> Rendered {
+    let verdict = match (r.dry_run, r.changed) {
+        (true, true) => format!(
+            "dry run: would create version {}; nothing was changed",
+            r.policy_version
+        ),
+        (true, false) => format!("dry run: no change; stays at version {}", r.policy_version),
+        (false, true) => format!("now at version {}", r.policy_version),
+        (false, false) => format!("unchanged at version {}", r.policy_version),
+    };
+    let mut text = format!(
+        "policy {policy_id}: rate {}/s -> {}/s, burst {} -> {}\n{verdict}\n",
+        per_sec(r.old_rate_milli_per_sec),
+        per_sec(r.new_rate_milli_per_sec),
+        r.old_burst,
+        r.new_burst,
+    );
+    if !r.diff.is_empty() {
+        text.push_str(r.diff.trim_end());
+        text.push('\n');
+    }
+    let json = json!({
+        "policy_id": policy_id, "policy_version": r.policy_version, "changed": r.changed,
+        "dry_run": r.dry_run, "diff": r.diff,
+        "old": {"rate_milli_per_sec": r.old_rate_milli_per_sec, "burst": r.old_burst},
+        "new": {"rate_milli_per_sec": r.new_rate_milli_per_sec, "burst": r.new_burst},
+    });
+    Rendered::new(text, json)
+}
+
 pub async fn run(admin: &mut Admin, cmd: BudgetCmd) -> Result<Rendered, CtlError> {
     match cmd {
         BudgetCmd::Show { policy_id, for_key } => {
@@ -138,16 +169,7 @@ pub async fn run(admin: &mut Admin, cmd: BudgetCmd) -> Result<Rendered, CtlError
                     async move { c.set_budget(req).await }
                 })
                 .await?;
-            let text = format!(
-                "policy {policy_id} {} version {}\n{}",
-                if dry_run { "would become" } else { "is now" },
-                r.policy_version,
-                r.diff
-            );
-            Ok(Rendered::new(
-                text,
-                json!({"policy_id": policy_id, "policy_version": r.policy_version, "diff": r.diff, "dry_run": dry_run}),
-            ))
+            Ok(set_rendered(&policy_id, &r))
         }
         BudgetCmd::Split {
             policy_id,

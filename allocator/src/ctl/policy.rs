@@ -33,6 +33,62 @@ fn parse_effective_at(text: &Option<String>) -> Result<u64, CtlError> {
         .map_err(|_| CtlError::Input(format!("--effective-at '{text}': before 1970")))
 }
 
+/// What `policy diff` prints: the field changes, then the keys they affect.
+fn diff_rendered(r: &pb::DiffPolicyResponse) -> Rendered {
+    let to = if r.to_version == 0 {
+        "the proposed text".to_string()
+    } else {
+        r.to_version.to_string()
+    };
+    if r.diff.is_empty() {
+        return Rendered::new(
+            format!("no change between version {} and {to}\n", r.from_version),
+            json!({"from_version": r.from_version, "to_version": r.to_version, "diff": r.diff,
+                   "affected_keys": [], "affected_keys_total": 0}),
+        );
+    }
+    let mut text = format!(
+        "from version {} to {to}:\n{}\n",
+        r.from_version,
+        r.diff.trim_end()
+    );
+    let mut t = Table::new(&["KEY", "OUTSTANDING", "LEASES", "HOLDERS"]);
+    let mut keys = Vec::new();
+    for k in &r.affected_keys {
+        let more = k.holders_total.saturating_sub(k.holders.len() as u64);
+        let mut holders = k.holders.join(",");
+        if more > 0 {
+            holders.push_str(&format!(" (+{more})"));
+        }
+        t.row(vec![
+            k.key.clone(),
+            k.outstanding.to_string(),
+            k.leases.to_string(),
+            holders,
+        ]);
+        keys.push(
+            json!({"key": k.key, "outstanding": k.outstanding, "leases": k.leases,
+                         "holders": k.holders, "holders_total": k.holders_total}),
+        );
+    }
+    text.push_str(&format!(
+        "affects {} key(s) with state on this allocator",
+        r.affected_keys_total
+    ));
+    if r.affected_keys_total > r.affected_keys.len() as u64 {
+        text.push_str(&format!(" (first {} shown)", r.affected_keys.len()));
+    }
+    text.push('\n');
+    if !r.affected_keys.is_empty() {
+        text.push_str(&t.render());
+    }
+    Rendered::new(
+        text,
+        json!({"from_version": r.from_version, "to_version": r.to_version, "diff": r.diff,
+               "affected_keys": keys, "affected_keys_total": r.affected_keys_total}),
+    )
+}
+
 pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError> {
     match cmd {
         PolicyCmd::Apply {
@@ -116,8 +172,8 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
             );
             if p.shadow {
                 text.push_str(&format!(
-                    "# shadow mode: would have denied {} requests ({} units)\n",
-                    sh.would_deny_requests, sh.would_deny_units
+                    "# shadow mode: holders report {} requests it would have denied\n",
+                    sh.would_deny_requests
                 ));
             }
             text.push_str(&p.yaml);
@@ -125,7 +181,8 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
                 text,
                 json!({"policy_id": p.policy_id, "version": p.version, "yaml": p.yaml, "shadow": p.shadow,
                        "kill_switch": p.kill_switch, "updated_by": s.updated_by,
-                       "shadow_would_deny_requests": sh.would_deny_requests, "shadow_would_deny_units": sh.would_deny_units}),
+                       "shadow_would_deny_requests": sh.would_deny_requests, "shadow_would_deny_units": sh.would_deny_units,
+                       "shadow_since_ms": sh.since_ms}),
             ))
         }
         PolicyCmd::Diff {
@@ -150,23 +207,7 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
                     async move { c.diff_policy(req).await }
                 })
                 .await?;
-            let text = if r.diff.is_empty() {
-                format!(
-                    "no change between version {} and {}\n",
-                    r.from_version, r.to_version
-                )
-            } else {
-                format!(
-                    "from version {} to {}:\n{}\n",
-                    r.from_version,
-                    r.to_version,
-                    r.diff.trim_end()
-                )
-            };
-            Ok(Rendered::new(
-                text,
-                json!({"from_version": r.from_version, "to_version": r.to_version, "diff": r.diff}),
-            ))
+            Ok(diff_rendered(&r))
         }
         PolicyCmd::Rollback {
             policy_id,

@@ -2,7 +2,7 @@
 //! Only admin certificates may call it; every change is audited under the caller's name.
 
 use super::auth::admin_caller;
-use super::budget::{budget_tree, rebalance};
+use super::budget::budget_tree;
 use super::cluster::ClusterControl;
 use super::convert::{
     admin_status, emergency_from_pb, emergency_to_pb, lease_to_pb, replica_status,
@@ -13,9 +13,11 @@ use crate::state::{admin_prepare, AllocatorState, StateCommand, StateOutput};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminService;
 use leasehold_proto::transport::AuthMode;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+
+#[path = "admin_budget.rs"]
+mod budget_calls;
 
 pub struct AdminServer<R> {
     replica: R,
@@ -164,21 +166,27 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
                 } else {
                     r.version
                 };
+                let shadow = s
+                    .shadow_tally(&r.policy_id, version)
+                    .map(|t| pb::ShadowStats {
+                        would_deny_requests: t.would_deny_requests,
+                        would_deny_units: 0,
+                        since_ms: nanos_to_ms(t.since_ns),
+                    });
                 Some((
                     policy_info(s, &r.policy_id, version)?,
                     summary(s, &r.policy_id)?,
+                    shadow,
                 ))
             })
             .await?;
-        let (policy, summary) = found.ok_or_else(|| {
+        let (policy, summary, shadow_stats) = found.ok_or_else(|| {
             Status::not_found(format!("no policy '{id}' (or no such version kept)"))
         })?;
-        // Would-deny counts are kept by the agents that evaluate shadow policies; the
-        // allocator does not aggregate them yet, so none are reported here.
         Ok(Response::new(pb::GetPolicyResponse {
             policy: Some(policy),
             summary: Some(summary),
-            shadow_stats: None,
+            shadow_stats,
         }))
     }
 
@@ -262,27 +270,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::SetBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        if r.rate_milli_per_sec == 0 || r.burst == 0 {
-            return Err(Status::invalid_argument(
-                "rate_milli_per_sec and burst must be positive",
-            ));
-        }
-        if r.dry_run {
-            return Err(Status::unimplemented(
-                "dry_run for budget set: use `policy diff -f` with the edited document",
-            ));
-        }
-        let cmd = StateCommand::SetRate {
-            policy_id: r.policy_id,
-            rate_milli_per_sec: r.rate_milli_per_sec,
-            burst: r.burst,
-            actor,
-        };
-        let (_, policy_version, _, diff) = self.policy_change(cmd).await?;
-        Ok(Response::new(pb::SetBudgetResponse {
-            policy_version,
-            diff,
-        }))
+        self.set_budget_call(actor, r).await.map(Response::new)
     }
 
     async fn split_budget(
@@ -291,49 +279,7 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::SplitBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        let mut weights = BTreeMap::new();
-        for c in &r.children {
-            if c.name.is_empty() || c.weight == 0 {
-                return Err(Status::invalid_argument(format!(
-                    "child '{}': needs a name and a positive weight",
-                    c.name
-                )));
-            }
-            if weights
-                .insert(c.name.clone(), u64::from(c.weight))
-                .is_some()
-            {
-                return Err(Status::invalid_argument(format!(
-                    "child '{}' named twice",
-                    c.name
-                )));
-            }
-        }
-        let reserve_ppm = (r.reserve_ppm > 0).then_some(u64::from(r.reserve_ppm));
-        if !r.dry_run {
-            let cmd = StateCommand::SplitBudget {
-                policy_id: r.policy_id.clone(),
-                weights: weights.clone(),
-                reserve_ppm,
-                actor,
-            };
-            self.propose(cmd).await?;
-        }
-        let id = r.policy_id.clone();
-        let (rate_milli, version) = self
-            .read(move |s| {
-                s.ledger()
-                    .policy(&id)
-                    .map(|p| (u128::from(p.rate.milli_per_sec()), p.version))
-            })
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
-        let children = super::views::split_children(&weights, rate_milli, r.reserve_ppm);
-        Ok(Response::new(pb::SplitBudgetResponse {
-            policy_version: version,
-            diff: String::new(),
-            children,
-        }))
+        self.split_budget_call(actor, r).await.map(Response::new)
     }
 
     async fn rebalance_budget(
@@ -342,21 +288,9 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::RebalanceBudgetResponse>, Status> {
         let actor = admin_caller(&self.auth, &req)?;
         let r = req.into_inner();
-        let id = r.policy_id.clone();
-        let (weights, changes) = self
-            .read(move |s| rebalance(s, &id))
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no leased policy '{}'", r.policy_id)))?;
-        if !r.dry_run && !weights.is_empty() {
-            let cmd = StateCommand::SplitBudget {
-                policy_id: r.policy_id,
-                weights,
-                reserve_ppm: None,
-                actor,
-            };
-            self.propose(cmd).await?;
-        }
-        Ok(Response::new(pb::RebalanceBudgetResponse { changes }))
+        self.rebalance_budget_call(actor, r)
+            .await
+            .map(Response::new)
     }
 
     async fn list_leases(

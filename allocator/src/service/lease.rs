@@ -36,9 +36,13 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
     }
 
     async fn ledger(&self, command: Command) -> Result<Outcome, Status> {
+        self.propose(StateCommand::Ledger(command)).await
+    }
+
+    async fn propose(&self, command: StateCommand) -> Result<Outcome, Status> {
         match self
             .replica
-            .propose(StateCommand::Ledger(command))
+            .propose(command)
             .await
             .map_err(replica_status)?
         {
@@ -94,7 +98,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let cmd = Command::Report(Report {
+        let report = Report {
             holder_id: r.holder_id.clone(),
             lease_id: r.lease_id,
             used: r.used,
@@ -103,8 +107,9 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
             demand_milli_per_sec: r.demand_milli_units_per_sec,
             request_id: r.request_id,
             priority: 0,
-        });
-        match self.ledger(cmd).await? {
+        };
+        let cmd = StateCommand::report(report, r.shadow_would_deny);
+        match self.propose(cmd).await? {
             Outcome::Granted(g) => {
                 let g = *g;
                 Ok(Response::new(pb::ReportResponse {

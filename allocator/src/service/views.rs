@@ -5,6 +5,11 @@ use leasehold_common::policy::{diff, Policy};
 use leasehold_proto::leasehold::v1 as pb;
 use tonic::Status;
 
+/// Affected keys listed by a policy diff; the rest are only counted.
+pub const DIFF_KEYS_MAX: usize = 20;
+/// Holders listed per affected key; the rest are only counted.
+pub const DIFF_HOLDERS_PER_KEY_MAX: usize = 8;
+
 /// Changes between two kept versions of a policy, or between one and a candidate document.
 pub fn diff_view(
     s: &AllocatorState,
@@ -40,11 +45,46 @@ pub fn diff_view(
         }
     };
     let text: Vec<String> = changes.iter().map(ToString::to_string).collect();
+    let (affected_keys, affected_keys_total) = if changes.is_empty() {
+        (Vec::new(), 0)
+    } else {
+        affected_keys(s, &r.policy_id, DIFF_KEYS_MAX, DIFF_HOLDERS_PER_KEY_MAX)
+    };
     Ok(pb::DiffPolicyResponse {
         from_version: from_v,
         to_version: to_v,
         diff: text.join("\n"),
+        affected_keys,
+        affected_keys_total,
     })
+}
+
+/// The keys with ledger state under `policy_id`, in key order: the first `keys_max` with
+/// their outstanding credit and (up to `holders_max`) holders, and how many there are.
+pub fn affected_keys(
+    s: &AllocatorState,
+    policy_id: &str,
+    keys_max: usize,
+    holders_max: usize,
+) -> (Vec<pb::KeyImpact>, u64) {
+    let mut listed = Vec::new();
+    let mut total = 0u64;
+    for (key, acct) in s.ledger().accounts() {
+        if acct.policy_id != policy_id {
+            continue;
+        }
+        total += 1;
+        if listed.len() < keys_max {
+            listed.push(pb::KeyImpact {
+                key: key.clone(),
+                outstanding: acct.outstanding,
+                leases: acct.leases,
+                holders: acct.holders.keys().take(holders_max).cloned().collect(),
+                holders_total: acct.holders.len() as u64,
+            });
+        }
+    }
+    (listed, total)
 }
 
 /// The children of a budget split: each one's share of the rate by weight.
@@ -66,4 +106,80 @@ pub fn split_children(
             ..Default::default()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::Machine;
+    use crate::state::StateCommand;
+    use leasehold_common::ledger::{Acquire, Command, LedgerConfig};
+    use leasehold_common::time::Nanos;
+
+    const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 100, per: 1s}\nburst: 200\nlease: {ttl: 5s, reserve_fraction: 0}\n";
+
+    fn state_with_keys(keys: usize, holders: usize) -> AllocatorState {
+        let mut s = AllocatorState::new(LedgerConfig::root("g"));
+        let apply = StateCommand::ApplyPolicy {
+            yaml: POLICY.into(),
+            shadow: false,
+            effective_at_ns: 0,
+            actor: "admin/ops".into(),
+        };
+        s.apply(Nanos(1), apply);
+        for k in 0..keys {
+            for h in 0..holders {
+                let cmd = Command::Acquire(Acquire {
+                    holder_id: format!("gw-{h:02}"),
+                    policy_id: "api".into(),
+                    key: format!("api:tenant=t{k:03}"),
+                    want_credit: 2,
+                    demand_milli_per_sec: 0,
+                    request_id: 1,
+                    priority: 0,
+                });
+                s.apply(Nanos(1), StateCommand::Ledger(cmd));
+            }
+        }
+        s
+    }
+
+    fn diff_request(yaml: &str) -> (pb::DiffPolicyRequest, Policy) {
+        let req = pb::DiffPolicyRequest {
+            policy_id: "api".into(),
+            yaml: yaml.into(),
+            ..Default::default()
+        };
+        (req, Policy::from_yaml(yaml).unwrap())
+    }
+
+    #[test]
+    fn a_diff_lists_the_keys_it_affects_bounded() {
+        let s = state_with_keys(DIFF_KEYS_MAX + 5, DIFF_HOLDERS_PER_KEY_MAX + 2);
+        let (req, faster) = diff_request(&POLICY.replace("units: 100", "units: 300"));
+        let out = diff_view(&s, &req, Some(&faster)).unwrap();
+        assert!(out.diff.contains("rate.units: 100 -> 300"), "{}", out.diff);
+        assert_eq!(out.affected_keys_total, (DIFF_KEYS_MAX + 5) as u64);
+        assert_eq!(out.affected_keys.len(), DIFF_KEYS_MAX);
+        let first = &out.affected_keys[0];
+        assert_eq!(first.key, "api:tenant=t000");
+        assert_eq!(first.holders.len(), DIFF_HOLDERS_PER_KEY_MAX);
+        assert_eq!(first.holders_total, (DIFF_HOLDERS_PER_KEY_MAX + 2) as u64);
+        assert_eq!(first.holders[0], "gw-00");
+        let acct = s.ledger().account("api:tenant=t000").unwrap();
+        assert_eq!(
+            (first.outstanding, first.leases),
+            (acct.outstanding, acct.leases)
+        );
+        assert!(first.outstanding > 0 && first.leases > 0, "{first:?}");
+    }
+
+    #[test]
+    fn an_identical_text_affects_no_keys() {
+        let s = state_with_keys(3, 1);
+        let (req, same) = diff_request(POLICY);
+        let out = diff_view(&s, &req, Some(&same)).unwrap();
+        assert!(out.diff.is_empty());
+        assert_eq!((out.affected_keys.len(), out.affected_keys_total), (0, 0));
+    }
 }

@@ -19,6 +19,13 @@ pub enum AdminError {
     Refused(String),
 }
 
+/// Policies and rates of a delegated allocator are its upstream's to change.
+pub(super) fn delegated_refusal() -> AdminError {
+    AdminError::Refused(
+        "this allocator is delegated: its policies and rates come from its upstream cluster; change them there".into(),
+    )
+}
+
 fn from_set(e: PolicySetError) -> AdminError {
     match e {
         PolicySetError::UnknownPolicy { .. } | PolicySetError::VersionNotKept { .. } => {
@@ -31,6 +38,25 @@ fn from_set(e: PolicySetError) -> AdminError {
 
 fn yaml_of(p: Option<&Policy>) -> String {
     p.and_then(|p| p.to_yaml().ok()).unwrap_or_default()
+}
+
+/// `policy` with its rate and burst replaced: whole units per second when the rate is exact
+/// in them, otherwise the same rate per 1000 s, so no precision is lost.
+pub(super) fn with_rate(policy: &Policy, rate_milli: u64, burst: u64) -> Policy {
+    let mut policy = policy.clone();
+    policy.rate = Some(if rate_milli.is_multiple_of(1_000) {
+        RateSpec {
+            units: rate_milli / 1_000,
+            per: HumanDuration::from_secs(1),
+        }
+    } else {
+        RateSpec {
+            units: rate_milli,
+            per: HumanDuration::from_secs(1_000),
+        }
+    });
+    policy.burst = Some(burst);
+    policy
 }
 
 /// A parsed document ready to apply: the shadow flag and effective time folded in.
@@ -63,9 +89,7 @@ impl AllocatorState {
             | StateCommand::SetRate { .. }
                 if self.is_delegated() =>
             {
-                Err(AdminError::Refused(
-                    "this allocator is delegated: its policies and rates come from its upstream cluster; change them there".into(),
-                ))
+                Err(delegated_refusal())
             }
             StateCommand::MirrorPolicy {
                 yaml,
@@ -114,12 +138,14 @@ impl AllocatorState {
                 reason,
                 actor,
             } => Ok(self.set_emergency(now, emergency, &reason, &actor)),
-            StateCommand::Ledger(_) => unreachable!("ledger commands are applied directly"),
+            StateCommand::Ledger(_) | StateCommand::ShadowReport { .. } => {
+                unreachable!("ledger commands are applied directly")
+            }
         };
         result.unwrap_or_else(StateOutput::Refused)
     }
 
-    fn is_delegated(&self) -> bool {
+    pub(super) fn is_delegated(&self) -> bool {
         self.ledger.config().role == Role::Delegated
     }
 
@@ -197,25 +223,12 @@ impl AllocatorState {
         burst: u64,
         actor: &str,
     ) -> Result<StateOutput, AdminError> {
-        let mut policy = self
+        let current = &self
             .policies
             .get(policy_id)
             .ok_or_else(|| AdminError::NotFound(format!("no policy '{policy_id}'")))?
-            .policy
-            .clone();
-        // Whole units per second when exact; otherwise the same rate per 1000 s.
-        policy.rate = Some(if rate_milli.is_multiple_of(1_000) {
-            RateSpec {
-                units: rate_milli / 1_000,
-                per: HumanDuration::from_secs(1),
-            }
-        } else {
-            RateSpec {
-                units: rate_milli,
-                per: HumanDuration::from_secs(1_000),
-            }
-        });
-        policy.burst = Some(burst);
+            .policy;
+        let policy = with_rate(current, rate_milli, burst);
         self.put(now, policy, 0, (actor, "budget.set"), "")
     }
 

@@ -7,13 +7,19 @@
 //! caller, with the state before and after.
 
 mod admin;
+mod preview;
 pub mod records;
+mod shadow;
 
 pub use admin::{prepare as admin_prepare, AdminError};
+pub use preview::{rate_milli_of, RatePreview};
 pub use records::{AuditEntry, Emergency, EmergencyMode, Event, EventKind};
+pub use shadow::{ShadowBook, ShadowTally};
 
 use crate::replica::Machine;
-use leasehold_common::ledger::{Command, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams};
+use leasehold_common::ledger::{
+    Command, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams, Report,
+};
 use leasehold_common::policy::{PolicySet, PolicySetLimits};
 use leasehold_common::time::Nanos;
 use records::Ring;
@@ -29,6 +35,9 @@ pub const WATCH_EVENTS_MAX: usize = 4_096;
 pub enum StateCommand {
     /// A holder's acquire, report or release, or the ledger's tick.
     Ledger(Command),
+    /// A holder's report on a lease of a shadow-mode policy, with the requests the policy
+    /// would have denied under the lease so far (cumulative).
+    ShadowReport { report: Report, would_deny: u64 },
     ApplyPolicy {
         yaml: String,
         shadow: bool,
@@ -69,6 +78,21 @@ pub enum StateCommand {
         upstream_version: u64,
         actor: String,
     },
+}
+
+impl StateCommand {
+    /// The command for a holder's report: a plain ledger report unless it carries
+    /// would-deny counts, so enforcing policies' reports stay as they were.
+    pub fn report(report: Report, shadow_would_deny: u64) -> StateCommand {
+        if shadow_would_deny == 0 {
+            StateCommand::Ledger(Command::Report(report))
+        } else {
+            StateCommand::ShadowReport {
+                report,
+                would_deny: shadow_would_deny,
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +139,8 @@ pub struct AllocatorState {
     emergency: BTreeMap<String, Emergency>,
     audit: Ring<AuditEntry>,
     events: Ring<Event>,
+    #[serde(default)]
+    shadow: ShadowBook,
 }
 
 impl AllocatorState {
@@ -127,6 +153,7 @@ impl AllocatorState {
             emergency: BTreeMap::new(),
             audit: Ring::new(AUDIT_ENTRIES_MAX),
             events: Ring::new(WATCH_EVENTS_MAX),
+            shadow: ShadowBook::default(),
         }
     }
 
@@ -136,6 +163,11 @@ impl AllocatorState {
 
     pub fn policies(&self) -> &PolicySet {
         &self.policies
+    }
+
+    /// Would-deny counts reported for `version` of a shadow-mode policy, if any.
+    pub fn shadow_tally(&self, policy_id: &str, version: u64) -> Option<&ShadowTally> {
+        self.shadow.tally(policy_id, version)
     }
 
     pub fn meta(&self, policy_id: &str) -> Option<&PolicyMeta> {
@@ -255,7 +287,21 @@ impl Machine for AllocatorState {
         match command {
             StateCommand::Ledger(Command::Tick) => self.tick(now),
             StateCommand::Ledger(c) => StateOutput::Ledger(self.ledger.apply(now, c)),
+            StateCommand::ShadowReport { report, would_deny } => {
+                let lease_id = report.lease_id;
+                let out = self.ledger.apply(now, Command::Report(report));
+                // Counted only once the report itself is accepted: a refused report (an
+                // ended lease, a stranger's lease) tells nothing about the policy.
+                if out.is_ok() {
+                    self.shadow
+                        .record(&self.ledger, lease_id, would_deny, now.0);
+                }
+                StateOutput::Ledger(out)
+            }
             other => self.apply_admin(now, other),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -133,6 +133,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             demand_milli_units_per_sec: v.demand_milli_per_sec,
             request_id: self.request_id(now),
             policy_version: 0,
+            shadow_would_deny: 0,
         };
         let resp = match self.grantor.report(req).await {
             Ok(r) => r,

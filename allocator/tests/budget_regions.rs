@@ -1,0 +1,356 @@
+//! A budget split across two real regions: a root allocator and two regional allocators
+//! that lease from it over mutual TLS, each with an agent whose demand far exceeds the
+//! whole budget. `leasectl budget split` at the root gives `alloc:eu` and `alloc:us`
+//! weights 3:1; the root shows the regions with their weights, both regions receive credit
+//! and the total admitted stays within B + r·T.
+//!
+//! The credit each saturated region receives is not 3:1 yet: the ledger caps a holder's
+//! fair share against the credit it still holds, and a region that spends at once and
+//! comes straight back holds little, so both regions get about half. The ignored test
+//! states the promise; run it with `--ignored`.
+
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_allocator::config::AllocatorConfig;
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::policy::Policy;
+use leasehold_common::time::{Clock, SystemClock};
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
+use leasehold_proto::transport::{
+    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+
+const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
+const RATE: u64 = 1_000;
+const BURST: u64 = 300;
+const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 1000, per: 1s}\nburst: 300\nscope: global\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
+/// Time for both regions to compete and the root's shares to settle, then the measured span.
+const WARM_UP: Duration = Duration::from_millis(1_500);
+const RUN: Duration = Duration::from_millis(5_000);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Node {
+    addr: String,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a one-node cluster; `upstream` names the upstream address and the hex public
+/// key its leases must be signed with.
+async fn start_node(dir: &Path, cluster: &str, upstream: Option<(&str, &str)>) -> Node {
+    let (grpc, http) = (free_port(), free_port());
+    let c = dir.join("certs");
+    let data = dir.join(cluster);
+    let upstream = upstream.map_or(String::new(), |(addr, key)| {
+        format!("upstream: [\"{addr}\"]\ntrusted_upstream_keys: [\"{key}\"]\n")
+    });
+    let yaml = format!(
+        "node_id: 1\ncluster: {cluster}\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
+         advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\n\
+         bootstrap: [{{id: 1, addr: \"127.0.0.1:{grpc}\"}}]\n{upstream}\
+         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-{cluster}-1.pem, key: {c}/allocator-{cluster}-1-key.pem}}\n\
+         raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}}\ntick_ms: 20\n",
+        d = data.display(),
+        c = c.display(),
+    );
+    let cfg = AllocatorConfig::from_yaml(&yaml).expect("valid config");
+    let (stop, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        leasehold_allocator::server::run(cfg, rx)
+            .await
+            .expect("node runs");
+    });
+    Node {
+        addr: format!("127.0.0.1:{grpc}"),
+        stop,
+        task,
+    }
+}
+
+fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
+    let transport = ClientTransport::MutualTls {
+        pem: pki.tls_pem(role, name).unwrap(),
+        server_name: Some("localhost".into()),
+    };
+    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
+}
+
+async fn admin(pki: &DevPki, addr: &str) -> AdminServiceClient<tonic::transport::Channel> {
+    AdminServiceClient::new(channels(pki, Role::Admin, "ops").channel(addr).unwrap())
+}
+
+/// Waits until `f` holds, polling; panics with `what` after `secs`.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Runs `leasectl` with the admin certificate against `server`; returns its JSON output.
+async fn leasectl(dir: &Path, server: &str, args: &[&str]) -> serde_json::Value {
+    let certs = dir.join("certs");
+    let mut cmd = std::process::Command::new(LEASECTL);
+    cmd.env("HOME", dir)
+        .args(["--server", server, "--server-name", "localhost"])
+        .arg("--ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--cert")
+        .arg(certs.join("admin-ops.pem"))
+        .arg("--key")
+        .arg(certs.join("admin-ops-key.pem"))
+        .args(args)
+        .args(["-o", "json"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "leasectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+struct Agent {
+    engine: Arc<Engine>,
+    clock: SystemClock,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
+}
+
+fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> Agent {
+    let clock = SystemClock::new();
+    let engine = Arc::new(
+        Engine::builder()
+            .start(clock.now())
+            .build(RuleSource::from_policies(vec![policy.clone()]))
+            .unwrap(),
+    );
+    let grantor = Arc::new(RemoteGrantor::new(
+        channels(pki, Role::Agent, name),
+        vec![region.to_string()],
+        3,
+    ));
+    let mut cfg = ManagerConfig::new(name);
+    cfg.tick_ms = 5;
+    cfg.report_every_ms = 100;
+    cfg.retry_ms = 50;
+    let (stop, rx) = watch::channel(false);
+    let queue = engine.take_acquire_queue().unwrap();
+    let task = tokio::spawn(LeaseManager::new(cfg, grantor, clock.clone(), queue).run(rx));
+    Agent {
+        engine,
+        clock,
+        stop,
+        task,
+    }
+}
+
+/// Offers both agents far more than the whole budget for `RUN`; returns what each admitted
+/// in all and after `WARM_UP`, and the elapsed time in milliseconds.
+async fn saturate(agents: &[Agent; 2]) -> ([u64; 2], [u64; 2], u64) {
+    let started = Instant::now();
+    let (mut total, mut measured) = ([0u64; 2], [0u64; 2]);
+    // Admitted per half second, printed to show how the shares settle.
+    let mut per_half = vec![[0u64; 2]; 12];
+    while started.elapsed() < RUN {
+        let warm = started.elapsed() >= WARM_UP;
+        for (i, a) in agents.iter().enumerate() {
+            for _ in 0..40 {
+                let entries = [("tenant", "acme")];
+                let dims = [Dimension::policy("api", &entries)];
+                if a.engine
+                    .admit(&AdmitRequest::new(&dims), a.clock.now())
+                    .allowed
+                {
+                    total[i] += 1;
+                    per_half[(started.elapsed().as_millis() / 500) as usize % 12][i] += 1;
+                    measured[i] += u64::from(warm);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    eprintln!("per half second: {per_half:?}");
+    (total, measured, started.elapsed().as_millis() as u64)
+}
+
+/// What a run of two saturated regions under a 3:1 split produced.
+struct SplitRun {
+    /// Admitted per region (eu, us) over the whole run, and after the warm-up.
+    total: [u64; 2],
+    measured: [u64; 2],
+    elapsed_ms: u64,
+    /// The root's budget tree children: (holder id, weight).
+    weights: Vec<(String, u64)>,
+}
+
+async fn split_and_saturate() -> SplitRun {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = PkiSpec::local(&["global-1", "eu-1", "us-1"], &["gw-eu", "gw-us"], &["ops"]);
+    let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
+    pki.write_to(&dir.path().join("certs"), true).unwrap();
+
+    let root = start_node(dir.path(), "global", None).await;
+    eventually(15, "the root to accept the policy", || {
+        let (pki, addr) = (&pki, root.addr.clone());
+        async move {
+            let req = pb::ApplyPolicyRequest {
+                yaml: POLICY.into(),
+                ..Default::default()
+            };
+            admin(pki, &addr).await.apply_policy(req).await.is_ok()
+        }
+    })
+    .await;
+    let split = leasectl(
+        dir.path(),
+        &root.addr,
+        &[
+            "budget",
+            "split",
+            "api",
+            "--share",
+            "alloc:eu=3",
+            "--share",
+            "alloc:us=1",
+        ],
+    )
+    .await;
+    let rates: Vec<_> = split["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["rate_per_sec"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rates,
+        [
+            ("alloc:eu".to_string(), 750.0),
+            ("alloc:us".to_string(), 250.0)
+        ]
+    );
+
+    let key = std::fs::read(dir.path().join("global/lease-key.p8")).unwrap();
+    let key = hex::encode(LeaseSigner::from_pkcs8(&key).unwrap().public_key());
+    let regions = [
+        start_node(dir.path(), "eu", Some((&root.addr, &key))).await,
+        start_node(dir.path(), "us", Some((&root.addr, &key))).await,
+    ];
+    for r in &regions {
+        eventually(15, "a region to mirror the root's policy", || {
+            let (pki, addr) = (&pki, r.addr.clone());
+            async move {
+                let req = pb::GetPolicyRequest {
+                    policy_id: "api".into(),
+                    ..Default::default()
+                };
+                admin(pki, &addr).await.get_policy(req).await.is_ok()
+            }
+        })
+        .await;
+    }
+
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let agents = [
+        start_agent(&pki, "gw-eu", &regions[0].addr, &policy),
+        start_agent(&pki, "gw-us", &regions[1].addr, &policy),
+    ];
+    let (total, measured, elapsed_ms) = saturate(&agents).await;
+    eprintln!("admitted {total:?} (after warm-up {measured:?}) in {elapsed_ms} ms");
+
+    let shown = leasectl(dir.path(), &root.addr, &["budget", "show", "api"]).await;
+    let weights = shown["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["weight"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+
+    for a in &agents {
+        a.stop.send(true).unwrap();
+    }
+    for a in agents {
+        a.task.await.unwrap();
+    }
+    for n in regions.into_iter().chain([root]) {
+        n.stop.send(true).unwrap();
+        n.task.await.unwrap();
+    }
+    SplitRun {
+        total,
+        measured,
+        elapsed_ms,
+        weights,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_across_two_regions_keeps_the_bound_and_both_regions_served() {
+    let run = split_and_saturate().await;
+    let bound = BURST + RATE * run.elapsed_ms / 1_000;
+    let sum = run.total[0] + run.total[1];
+    assert!(
+        sum <= bound,
+        "admitted {sum} > B + r·T = {bound} ({:?})",
+        run.total
+    );
+    assert!(
+        sum * 10 > bound * 7,
+        "the split budget stayed usable through the regions: {sum} of {bound}"
+    );
+    assert!(
+        run.measured.iter().all(|m| *m > 0),
+        "both regions received credit: {:?}",
+        run.measured
+    );
+    // The root sees each region as one holder, with the weight the split gave it.
+    assert_eq!(
+        run.weights,
+        [("alloc:eu".to_string(), 3), ("alloc:us".to_string(), 1)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the ledger caps fair shares against held credit, not credit per horizon: saturated regions split about evenly"]
+async fn a_three_to_one_split_gives_saturated_regions_credit_three_to_one() {
+    let run = split_and_saturate().await;
+    // Three to one within a tolerance, compared in integers: 2 ≤ eu / us ≤ 4.5.
+    let [eu, us] = run.measured;
+    assert!(us > 0, "both regions received credit: {:?}", run.measured);
+    assert!(
+        eu >= us * 2 && eu * 2 <= us * 9,
+        "eu:us = {eu}:{us}, not close to 3:1"
+    );
+}

@@ -8,10 +8,15 @@
 //! [`scenario`] builds the named scenarios and the fuzz mode on it; [`output`] writes
 //! their CSV, SVG and Markdown. A run is a pure function of its configuration and seed, so
 //! a failing seed replays exactly.
+//!
+//! [`net`] runs the production allocator service and agent lease manager on a simulated
+//! network and clock (turmoil), with partitions, latency changes and agent crashes drawn
+//! from a seed.
 
 pub mod bound;
 pub mod error;
 pub mod hierarchy;
+pub mod net;
 pub mod output;
 pub mod promises;
 pub mod scenario;

@@ -3,7 +3,7 @@
 //! of a seed admit the same requests at the same simulated instants.
 
 use leasehold_simulations::net::faults::Action;
-use leasehold_simulations::net::{run, NetConfig, NetReport};
+use leasehold_simulations::net::{check_admissions, run, NetConfig, NetReport};
 
 fn assert_bound_kept(seed: u64, r: &NetReport) {
     assert_eq!(
@@ -58,6 +58,9 @@ fn fault_free_seeds_replay_exactly_and_differ_from_each_other() {
         again.admissions, first.admissions,
         "the admission log differs between two runs"
     );
+    // The agents press against the bound: half the burst would have been exceeded.
+    let tighter = check_admissions(&first.admissions, cfg.rate(), cfg.burst / 2);
+    assert!(tighter.violations > 0, "the run never approached B + r·T");
     // Link latencies come from the seed, so another seed admits at other instants.
     let other = run(12, &cfg).unwrap();
     assert_bound_kept(12, &other);

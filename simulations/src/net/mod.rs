@@ -100,6 +100,9 @@ impl NetConfig {
     }
 
     /// The policy's rate `r`.
+    ///
+    /// # Panics
+    /// If `rate_per_s` is zero; [`NetConfig::validate`] rejects that.
     pub fn rate(&self) -> Rate {
         Rate::per_second(self.rate_per_s).expect("validated rate")
     }
@@ -125,6 +128,9 @@ impl NetConfig {
         }
         if Rate::per_second(self.rate_per_s).is_err() || self.rate_per_s == 0 {
             return invalid("rate_per_s", self.rate_per_s, "must be a positive rate");
+        }
+        if self.lease_ttl_ms == 0 {
+            return invalid("lease_ttl_ms", 0, "must be greater than zero");
         }
         if self.offer_every_ms == 0 {
             return invalid("offer_every_ms", 0, "must be greater than zero");

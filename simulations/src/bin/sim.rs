@@ -88,6 +88,9 @@ struct NetArgs {
     /// Faults drawn per seed.
     #[arg(long, default_value_t = 4)]
     faults: usize,
+    /// Runs every seed twice and fails if the two admission logs differ.
+    #[arg(long)]
+    check_replay: bool,
 }
 
 fn main() -> Result<ExitCode> {
@@ -179,35 +182,56 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
     };
     for seed in args.from..args.from.saturating_add(args.seeds) {
         let r = net::run(seed, &cfg)?;
-        let verdict = if r.passed() { "ok" } else { "BROKEN" };
-        println!(
-            "seed {seed:<6} {verdict}: admitted {} of {} offered (B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
-            r.admissions.len(),
-            r.offered,
-            r.admitted_max,
-            r.admitted_by_agent(cfg.agents),
-            r.schedule.len() / 2,
-            r.bound.windows,
-            r.bound.worst_excess,
-            r.digest(),
-        );
-        if !r.passed() {
+        print_net_report(&r, &cfg);
+        let replayed = !args.check_replay || net::run(seed, &cfg)?.admissions == r.admissions;
+        if !replayed {
+            println!("    a second run of this seed admitted differently");
+        }
+        if !r.passed() || !replayed {
+            let flag = if args.check_replay {
+                " --check-replay"
+            } else {
+                ""
+            };
             println!(
-                "    P1 violations {}, ledger conserved {}",
-                r.bound.violations, r.ledger_conserved
-            );
-            println!(
-                "replay: leasehold-sim net --from {seed} --seeds 1 --agents {} --duration-ms {} --faults {}",
+                "replay: leasehold-sim net --from {seed} --seeds 1 --agents {} --duration-ms {} --faults {}{flag}",
                 cfg.agents, cfg.duration_ms, cfg.faults
             );
             return Ok(ExitCode::FAILURE);
         }
     }
+    let replay = if args.check_replay {
+        ", and each replayed exactly"
+    } else {
+        ""
+    };
     println!(
-        "{} seeds from {}: P1 held on every run",
+        "{} seeds from {}: P1 held on every run{replay}",
         args.seeds, args.from
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
+    let verdict = if r.passed() { "ok" } else { "BROKEN" };
+    println!(
+        "seed {:<6} {verdict}: admitted {} of {} offered (B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
+        r.seed,
+        r.admissions.len(),
+        r.offered,
+        r.admitted_max,
+        r.admitted_by_agent(cfg.agents),
+        r.schedule.len() / 2,
+        r.bound.windows,
+        r.bound.worst_excess,
+        r.digest(),
+    );
+    if !r.passed() {
+        println!(
+            "    P1 violations {}, ledger conserved {}",
+            r.bound.violations, r.ledger_conserved
+        );
+    }
 }
 
 fn exit(ok: bool) -> ExitCode {

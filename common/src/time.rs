@@ -78,6 +78,42 @@ impl Clock for SystemClock {
     }
 }
 
+/// Tokio's clock, measured from the moment the value was created: virtual time under a
+/// paused runtime (`tokio::time::pause`) or a network simulator that drives tokio's timers,
+/// and the process's monotonic clock otherwise. [`SystemClock`] reads `std::time::Instant`,
+/// which no runtime can control, so code that must run on simulated time takes this one.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Debug)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// Starts at zero now. Must be called inside a tokio runtime when time is paused, so
+    /// that the origin is on that runtime's timeline.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> Nanos {
+        let ns = self.origin.elapsed().as_nanos();
+        Nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+}
+
 /// A clock that moves only when told to; it may be set backwards to test rollback.
 #[derive(Clone, Debug, Default)]
 pub struct ManualClock {
@@ -215,6 +251,22 @@ mod tests {
             assert_eq!(shared.observe(Nanos(raw)), single.observe(Nanos(raw)));
         }
         assert_eq!(shared.stats(), single.stats());
+    }
+
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn tokio_clock_follows_paused_time() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let c = TokioClock::new();
+            assert_eq!(c.now(), Nanos::ZERO);
+            tokio::time::advance(std::time::Duration::from_millis(1_500)).await;
+            assert_eq!(c.now(), Nanos::from_millis(1_500));
+        });
     }
 
     #[test]

@@ -9,11 +9,16 @@
 //! their CSV, SVG and Markdown. A run is a pure function of its configuration and seed, so
 //! a failing seed replays exactly. [`live`] is the demo: the real allocator and agent
 //! code on loopback sockets, driven by synthetic traffic and checked against the bound.
+//!
+//! [`net`] runs the production allocator service and agent lease manager on a simulated
+//! network and clock (turmoil), with partitions, latency changes and agent crashes drawn
+//! from a seed.
 
 pub mod bound;
 pub mod error;
 pub mod hierarchy;
 pub mod live;
+pub mod net;
 pub mod output;
 pub mod promises;
 pub mod scenario;

@@ -33,7 +33,7 @@ use crate::credit::{CreditSlot, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_common::lease::HolderConfig;
 use leasehold_common::lease::LeaseVerifier;
-use leasehold_common::time::{Clock, Nanos, SystemClock};
+use leasehold_common::time::{Clock, Nanos};
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -157,7 +157,7 @@ impl Held {
 pub struct LeaseManager {
     pub(super) cfg: ManagerConfig,
     pub(super) grantor: Arc<dyn Grantor>,
-    pub(super) clock: SystemClock,
+    pub(super) clock: Arc<dyn Clock>,
     queue: AcquireReceiver,
     pub(super) held: BTreeMap<HeldKey, Held>,
     waiting: Vec<(AcquireRequest, Nanos)>,
@@ -179,16 +179,17 @@ pub struct LeaseManager {
 
 impl LeaseManager {
     /// `clock` must be the clock the engine decides with: deadlines are on its timeline.
+    /// Usually a `SystemClock`; a simulation passes one that follows its virtual time.
     pub fn new(
         cfg: ManagerConfig,
         grantor: Arc<dyn Grantor>,
-        clock: SystemClock,
+        clock: impl Clock + 'static,
         queue: AcquireReceiver,
     ) -> Self {
         LeaseManager {
             cfg,
             grantor,
-            clock,
+            clock: Arc::new(clock),
             queue,
             held: BTreeMap::new(),
             waiting: Vec::new(),
@@ -208,7 +209,7 @@ impl LeaseManager {
     pub fn open(
         cfg: ManagerConfig,
         grantor: Arc<dyn Grantor>,
-        clock: SystemClock,
+        clock: impl Clock + 'static,
         queue: AcquireReceiver,
     ) -> Result<Self, StateError> {
         let store = match &cfg.state_file {

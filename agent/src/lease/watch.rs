@@ -6,7 +6,7 @@ use crate::credit::SlotState;
 use crate::engine::Emergency;
 use leasehold_common::policy::{Policy, PolicyVersion};
 use leasehold_common::rate::Rate;
-use leasehold_common::time::{Clock, Nanos};
+use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use pb::watch_event::Event;
 use std::collections::BTreeMap;

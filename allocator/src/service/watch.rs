@@ -9,7 +9,10 @@ use super::convert::emergency_to_pb;
 use crate::replica::Replica;
 use crate::state::{AllocatorState, Event, EventKind};
 use leasehold_proto::leasehold::v1 as pb;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock, not std's: the same on a real runtime, and it follows a paused or
+// simulated one, so heartbeats keep the simulation's time.
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 

@@ -2,7 +2,7 @@
 //! plaintext, with connect and per-request timeouts.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -84,6 +84,12 @@ pub enum ChannelError {
     },
 }
 
+/// Makes a lazily connected [`Channel`] from a fully configured [`Endpoint`] (address,
+/// timeouts, TLS) over a transport other than the host's TCP stack, typically
+/// `move |endpoint| endpoint.connect_with_connector_lazy(connector.clone())` with a tower
+/// `Service<Uri>` that opens the stream (an in-process pipe, a simulated network).
+pub type ConnectFn = dyn Fn(&Endpoint) -> Channel + Send + Sync;
+
 /// Hands out one shared [`Channel`] per server address.
 ///
 /// Channels connect lazily: [`ChannelFactory::channel`] never waits on the network, a
@@ -95,7 +101,18 @@ pub struct ChannelFactory {
     settings: ChannelSettings,
     scheme: &'static str,
     tls: Option<(ClientTlsConfig, Option<String>)>,
+    connector: Option<Connector>,
     cache: Mutex<Cache>,
+}
+
+/// A custom [`ConnectFn`]; `None` in a factory means TCP.
+#[derive(Clone)]
+struct Connector(Arc<ConnectFn>);
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector(custom)")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -129,8 +146,20 @@ impl ChannelFactory {
             settings,
             scheme,
             tls,
+            connector: None,
             cache: Mutex::new(Cache::default()),
         })
+    }
+
+    /// Connects through `connect` instead of TCP, keeping everything else (address checks,
+    /// timeouts, TLS, the cache) as it is. Channels already cached are dropped.
+    pub fn with_connector(
+        mut self,
+        connect: impl Fn(&Endpoint) -> Channel + Send + Sync + 'static,
+    ) -> Self {
+        self.connector = Some(Connector(Arc::new(connect)));
+        self.cache = Mutex::new(Cache::default());
+        self
     }
 
     /// The settings this factory was built with.
@@ -190,7 +219,10 @@ impl ChannelFactory {
                 .tls_config(tls.clone().domain_name(name))
                 .map_err(endpoint_err)?;
         }
-        Ok(endpoint.connect_lazy())
+        Ok(match &self.connector {
+            Some(Connector(connect)) => connect(&endpoint),
+            None => endpoint.connect_lazy(),
+        })
     }
 }
 
@@ -274,6 +306,33 @@ fn truncate(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_custom_connector_makes_each_channel_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let made = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&made);
+        let factory = ChannelFactory::new(ChannelSettings::default(), ClientTransport::Plaintext)
+            .unwrap()
+            .with_connector(move |endpoint| {
+                assert_eq!(endpoint.uri().to_string(), "http://sim-host:7000/");
+                seen.fetch_add(1, Ordering::SeqCst);
+                endpoint.connect_lazy()
+            });
+        factory.channel("sim-host:7000").unwrap();
+        factory.channel("sim-host:7000").unwrap();
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            1,
+            "the second call is served from the cache"
+        );
+        assert!(factory.channel("bad address").is_err());
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            1,
+            "addresses are checked first"
+        );
+    }
 
     #[test]
     fn hosts_are_extracted_from_valid_addresses() {

@@ -28,7 +28,8 @@
 //! # Clients
 //!
 //! [`ChannelFactory`] caches one lazily connected channel per `host:port`, with connect and
-//! per-request timeouts, over mutual TLS ([`client_tls_config`]) or plaintext.
+//! per-request timeouts, over mutual TLS ([`client_tls_config`]) or plaintext, on TCP or through
+//! a custom connector ([`ChannelFactory::with_connector`], e.g. a simulated network).
 //!
 //! # Crypto provider
 //!
@@ -51,7 +52,7 @@ mod tls;
 
 pub use auth::{check_acts_as, check_role, peer_identity, require_role, AuthMode};
 pub use channel::{
-    ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ADDRESS_LEN_MAX,
+    ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ConnectFn, ADDRESS_LEN_MAX,
 };
 pub use identity::{IdentityError, IdentityUri, PeerIdentity, Role, DEFAULT_TRUST_DOMAIN};
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};

@@ -1,8 +1,10 @@
 //! `leasehold-sim`: runs the named simulation scenarios, writes their figures, and fuzzes
-//! random fault schedules over many seeds.
+//! random fault schedules over many seeds, and runs the production allocator and agents on
+//! a simulated network (`net`).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use leasehold_simulations::net::{self, NetConfig};
 use leasehold_simulations::output::{write_report, DEFAULT_OUT_DIR};
 use leasehold_simulations::scenario::{self, fuzz, RunOptions, Scale, ScenarioReport};
 use std::path::{Path, PathBuf};
@@ -10,6 +12,8 @@ use std::process::ExitCode;
 
 /// Most seeds one fuzz invocation runs.
 const FUZZ_SEEDS_MAX: u64 = 1_000_000;
+/// Most seeds one net invocation runs (each is a full networked run).
+const NET_SEEDS_MAX: u64 = 10_000;
 
 #[derive(Parser)]
 #[command(
@@ -61,6 +65,32 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Runs the production allocator service and agents on a simulated network (turmoil)
+    /// with seeded partitions, latency changes and agent crashes; fails on the first seed
+    /// that admits more than B + r·T in some window.
+    Net(NetArgs),
+}
+
+#[derive(clap::Args)]
+struct NetArgs {
+    /// How many seeds to try.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    from: u64,
+    /// Agent hosts.
+    #[arg(long, default_value_t = 3)]
+    agents: usize,
+    /// Simulated time per seed, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    duration_ms: u64,
+    /// Faults drawn per seed.
+    #[arg(long, default_value_t = 4)]
+    faults: usize,
+    /// Runs every seed twice and fails if the two admission logs differ.
+    #[arg(long)]
+    check_replay: bool,
 }
 
 fn main() -> Result<ExitCode> {
@@ -84,6 +114,7 @@ fn main() -> Result<ExitCode> {
             Ok(exit(ok))
         }
         Cmd::Fuzz { seeds, from, quick } => fuzz_seeds(seeds, from, quick),
+        Cmd::Net(args) => net_seeds(&args),
     }
 }
 
@@ -135,6 +166,72 @@ fn fuzz_seeds(seeds: u64, from: u64, quick: bool) -> Result<ExitCode> {
     }
     println!("{seeds} seeds from {from}: every promise held");
     Ok(ExitCode::SUCCESS)
+}
+
+fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
+    anyhow::ensure!(
+        (1..=NET_SEEDS_MAX).contains(&args.seeds),
+        "--seeds {}: must be from 1 to {NET_SEEDS_MAX}",
+        args.seeds
+    );
+    let cfg = NetConfig {
+        agents: args.agents,
+        duration_ms: args.duration_ms,
+        faults: args.faults,
+        ..NetConfig::quick()
+    };
+    for seed in args.from..args.from.saturating_add(args.seeds) {
+        let r = net::run(seed, &cfg)?;
+        print_net_report(&r, &cfg);
+        let replayed = !args.check_replay || net::run(seed, &cfg)?.admissions == r.admissions;
+        if !replayed {
+            println!("    a second run of this seed admitted differently");
+        }
+        if !r.passed() || !replayed {
+            let flag = if args.check_replay {
+                " --check-replay"
+            } else {
+                ""
+            };
+            println!(
+                "replay: leasehold-sim net --from {seed} --seeds 1 --agents {} --duration-ms {} --faults {}{flag}",
+                cfg.agents, cfg.duration_ms, cfg.faults
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let replay = if args.check_replay {
+        ", and each replayed exactly"
+    } else {
+        ""
+    };
+    println!(
+        "{} seeds from {}: P1 held on every run{replay}",
+        args.seeds, args.from
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
+    let verdict = if r.passed() { "ok" } else { "BROKEN" };
+    println!(
+        "seed {:<6} {verdict}: admitted {} of {} offered (B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
+        r.seed,
+        r.admissions.len(),
+        r.offered,
+        r.admitted_max,
+        r.admitted_by_agent(cfg.agents),
+        r.schedule.len() / 2,
+        r.bound.windows,
+        r.bound.worst_excess,
+        r.digest(),
+    );
+    if !r.passed() {
+        println!(
+            "    P1 violations {}, ledger conserved {}",
+            r.bound.violations, r.ledger_conserved
+        );
+    }
 }
 
 fn exit(ok: bool) -> ExitCode {

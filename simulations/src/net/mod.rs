@@ -1,0 +1,162 @@
+//! The production allocator and agent code on a simulated network and clock (turmoil).
+//!
+//! One allocator host serves the real lease service (`LeaseServer` over a single-node
+//! `LocalReplica`, a root ledger and one policy) on simulated TCP; N agent hosts each run
+//! the real `Engine`, `LeaseManager` and `RemoteGrantor` (tonic over the same simulated
+//! TCP) and offer more traffic than the policy's rate. Every clock in the run follows
+//! tokio's virtual time ([`leasehold_common::time::TokioClock`]), which turmoil advances
+//! one tick at a time. Partitions between an agent and the allocator, latency changes and
+//! agent crashes with restarts are drawn from the seed ([`faults`]); network delays come
+//! from turmoil's own rng, seeded with the same seed. At the end every admission window is
+//! checked against `B + r·T` ([`check`]).
+//!
+//! What replays exactly and what does not is described in `docs/simulations.md`.
+
+pub mod check;
+pub mod faults;
+pub mod hosts;
+mod run;
+pub mod transport;
+
+pub use check::{check_admissions, Admission, TrafficLog};
+pub use run::{run, NetReport};
+
+use leasehold_common::rate::Rate;
+
+/// Most agent hosts in one run.
+pub const AGENTS_MAX: usize = 32;
+/// Longest run, in milliseconds of simulated time.
+pub const DURATION_MS_MAX: u64 = 600_000;
+/// Most requests one agent offers per round.
+pub const OFFER_PER_ROUND_MAX: u64 = 10_000;
+
+/// Why a networked run could not be made or finished.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A configuration value is out of range.
+    #[error("net simulation setting `{field}` = {value} is invalid: {reason}")]
+    InvalidConfig {
+        field: &'static str,
+        value: u64,
+        reason: &'static str,
+    },
+    /// A host's software failed, or turmoil stopped the run.
+    #[error("net simulation seed {seed} failed at {at_ms} ms: {reason}")]
+    Failed {
+        seed: u64,
+        at_ms: u64,
+        reason: String,
+    },
+}
+
+/// The shape of a networked run. Everything else derives from the seed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetConfig {
+    pub agents: usize,
+    /// Simulated time the run lasts, in milliseconds.
+    pub duration_ms: u64,
+    pub policy_id: String,
+    /// The policy's rate `r`, in units per second, and its burst `B`, in units.
+    pub rate_per_s: u64,
+    pub burst: u64,
+    pub lease_ttl_ms: u64,
+    /// Each agent offers `offer_per_round` requests every `offer_every_ms`.
+    pub offer_every_ms: u64,
+    pub offer_per_round: u64,
+    /// Faults drawn from the seed (see [`faults::schedule`]).
+    pub faults: usize,
+    /// One-way link latency outside latency faults, at most; and the most a fault sets.
+    pub latency_ms_base: u64,
+    pub latency_ms_max: u64,
+    /// Longest partition or agent outage, in milliseconds.
+    pub outage_ms_max: u64,
+}
+
+impl NetConfig {
+    /// Three agents for 10 s: short enough for tests in debug builds.
+    pub fn quick() -> Self {
+        NetConfig {
+            agents: 3,
+            duration_ms: 10_000,
+            policy_id: "api".into(),
+            rate_per_s: 100,
+            burst: 200,
+            lease_ttl_ms: 2_000,
+            offer_every_ms: 10,
+            offer_per_round: 1,
+            faults: 4,
+            latency_ms_base: 5,
+            latency_ms_max: 300,
+            outage_ms_max: 3_000,
+        }
+    }
+
+    /// The policy the allocator serves and the agents enforce.
+    pub fn policy_yaml(&self) -> String {
+        format!(
+            "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: 200ms, reserve_fraction: 0}}\n",
+            self.policy_id, self.rate_per_s, self.burst, self.lease_ttl_ms
+        )
+    }
+
+    /// The policy's rate `r`.
+    ///
+    /// # Panics
+    /// If `rate_per_s` is zero; [`NetConfig::validate`] rejects that.
+    pub fn rate(&self) -> Rate {
+        Rate::per_second(self.rate_per_s).expect("validated rate")
+    }
+
+    /// Rejects values the run cannot honour.
+    pub fn validate(&self) -> Result<(), NetError> {
+        let invalid = |field, value: u64, reason| {
+            Err(NetError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if !(1..=AGENTS_MAX).contains(&self.agents) {
+            return invalid("agents", self.agents as u64, "must be from 1 to 32");
+        }
+        if !(1_000..=DURATION_MS_MAX).contains(&self.duration_ms) {
+            return invalid(
+                "duration_ms",
+                self.duration_ms,
+                "must be from 1000 to 600000",
+            );
+        }
+        if Rate::per_second(self.rate_per_s).is_err() || self.rate_per_s == 0 {
+            return invalid("rate_per_s", self.rate_per_s, "must be a positive rate");
+        }
+        if self.lease_ttl_ms == 0 {
+            return invalid("lease_ttl_ms", 0, "must be greater than zero");
+        }
+        if self.offer_every_ms == 0 {
+            return invalid("offer_every_ms", 0, "must be greater than zero");
+        }
+        if !(1..=OFFER_PER_ROUND_MAX).contains(&self.offer_per_round) {
+            return invalid(
+                "offer_per_round",
+                self.offer_per_round,
+                "must be from 1 to 10000",
+            );
+        }
+        if self.faults > faults::FAULTS_MAX {
+            return invalid("faults", self.faults as u64, "must be at most 64");
+        }
+        if self.latency_ms_base == 0 || self.latency_ms_max < self.latency_ms_base {
+            return invalid(
+                "latency_ms_max",
+                self.latency_ms_max,
+                "latencies must be positive with the base at most the maximum",
+            );
+        }
+        Ok(())
+    }
+
+    /// Requests offered per second by all agents together, in units.
+    pub fn offered_per_s(&self) -> u64 {
+        (self.agents as u64 * self.offer_per_round * 1_000) / self.offer_every_ms
+    }
+}

@@ -1,0 +1,107 @@
+//! gRPC over turmoil's simulated TCP: a connector for [`ChannelFactory`] clients and an
+//! incoming-connection stream for tonic servers. Everything above the socket (HTTP/2,
+//! tonic, the services, the grantor client) is the production code.
+//!
+//! [`ChannelFactory`]: leasehold_proto::transport::ChannelFactory
+
+use hyper_util::rt::TokioIo;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Most accepted connections waiting for the server to take them.
+pub const ACCEPT_BACKLOG_MAX: usize = 64;
+
+/// Opens turmoil TCP streams to the host and port of a URI.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimConnector;
+
+type ConnectFuture = Pin<Box<dyn Future<Output = io::Result<TokioIo<SimStream>>> + Send>>;
+
+impl tower_service::Service<Uri> for SimConnector {
+    type Response = TokioIo<SimStream>;
+    type Error = io::Error;
+    type Future = ConnectFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(async move {
+            let invalid = |why: &str| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("uri `{uri}`: {why}"))
+            };
+            let host = uri.host().ok_or_else(|| invalid("no host"))?.to_owned();
+            let port = uri.port_u16().ok_or_else(|| invalid("no port"))?;
+            let stream = turmoil::net::TcpStream::connect((host, port)).await?;
+            Ok(TokioIo::new(SimStream(stream)))
+        })
+    }
+}
+
+/// The [`leasehold_proto::transport::ChannelFactory::with_connector`] hook for turmoil.
+pub fn connect_sim(endpoint: &Endpoint) -> Channel {
+    endpoint.connect_with_connector_lazy(SimConnector)
+}
+
+/// A turmoil TCP stream as tonic's server and hyper's client take it.
+#[derive(Debug)]
+pub struct SimStream(turmoil::net::TcpStream);
+
+impl Connected for SimStream {
+    // No peer certificates or socket addresses: the simulation serves insecure mode.
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for SimStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SimStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts connections on `port` of the current simulated host, for tonic's
+/// `serve_with_incoming`. The accept loop runs as a local task of the host, so it dies
+/// with the host when it crashes.
+pub async fn incoming(port: u16) -> io::Result<ReceiverStream<io::Result<SimStream>>> {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG_MAX);
+    tokio::task::spawn_local(async move {
+        loop {
+            let accepted = listener.accept().await.map(|(s, _)| SimStream(s));
+            if tx.send(accepted).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(ReceiverStream::new(rx))
+}

@@ -22,8 +22,25 @@ fn storage(e: sled::Error) -> StateError {
 impl SledStore {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path, leases_max: usize) -> Result<SledStore, StateError> {
-        let db = sled::open(path)
-            .map_err(|e| StateError::Storage(format!("opening {}: {e}", path.display())))?;
+        // sled releases its file lock from a background thread after the last handle is
+        // dropped, so a store reopened at once (a restart in the same process) may wait.
+        let attempts_max = LOCK_WAIT_MS / LOCK_RETRY_MS + 1;
+        let mut attempt = 1;
+        let db = loop {
+            match sled::open(path) {
+                Ok(db) => break db,
+                Err(e) if attempt < attempts_max && is_lock_conflict(&e) => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
+                }
+                Err(e) => {
+                    return Err(StateError::Storage(format!(
+                        "opening {}: {e}",
+                        path.display()
+                    )))
+                }
+            }
+        };
         let marks = db.open_tree(MARKS_TREE).map_err(storage)?;
         Ok(SledStore {
             db,
@@ -31,6 +48,16 @@ impl SledStore {
             leases_max,
         })
     }
+}
+
+/// Longest wait for another handle's file lock on the state file.
+const LOCK_WAIT_MS: u64 = 5_000;
+/// Pause between attempts to take the lock.
+const LOCK_RETRY_MS: u64 = 10;
+
+/// sled reports a held file lock only through the message of a generic I/O error.
+fn is_lock_conflict(err: &sled::Error) -> bool {
+    matches!(err, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
 
 fn be_u64(key: &str, bytes: &[u8]) -> Result<u64, StateError> {

@@ -32,8 +32,10 @@ async fn the_live_hierarchy_admits_in_both_regions_within_the_bound() {
     assert!(admitted <= bound, "{admitted} > {bound}");
     assert!(policy["stranded"].is_u64(), "{policy}");
     let utilisation = policy["utilisation"].as_f64().unwrap();
+    // Utilisation depends on how busy the machine is (0.57–0.84 seen on two shared cores);
+    // well under half would mean credit is stuck between the levels.
     assert!(
-        utilisation > 0.5 && utilisation <= 1.0,
+        utilisation > 0.4 && utilisation <= 1.0,
         "admitted {admitted} of the bound {bound}"
     );
     for region in live::REGIONS {

@@ -93,6 +93,8 @@ pub async fn run_upstream<R: Replica<AllocatorState>>(
 struct Memory {
     last_report: HashMap<String, Nanos>,
     not_before: HashMap<String, Nanos>,
+    /// The last key of the previous round; the next round starts after it.
+    cursor: Option<String>,
 }
 
 async fn round<R: Replica<AllocatorState>>(
@@ -101,11 +103,12 @@ async fn round<R: Replica<AllocatorState>>(
     cfg: &UpstreamConfig,
 ) {
     let limit = cfg.plan.keys_per_round_max;
+    let after = memory.cursor.clone();
     let read = ex
         .replica()
         .read(move |s| {
             let now = s.ledger().now();
-            (now, views(s.ledger(), now, limit))
+            (now, views(s.ledger(), now, after.as_deref(), limit))
         })
         .await;
     let (now, keys) = match read {
@@ -114,6 +117,7 @@ async fn round<R: Replica<AllocatorState>>(
             // Another node drives; start afresh if this one leads again.
             memory.last_report.clear();
             memory.not_before.clear();
+            memory.cursor = None;
             return;
         }
         Err(e) => {
@@ -121,10 +125,14 @@ async fn round<R: Replica<AllocatorState>>(
             return;
         }
     };
+    // A key reported on longer ago than a release takes is due anyway; forgetting it keeps
+    // the map bounded by the keys active lately.
+    let forget_ns = cfg.plan.idle_release_ms.saturating_mul(1_000_000);
     memory
         .last_report
-        .retain(|k, _| keys.iter().any(|v| &v.key == k));
+        .retain(|_, t| now.saturating_since(*t) < forget_ns);
     memory.not_before.retain(|_, t| *t > now);
+    memory.cursor = keys.last().map(|v| v.key.clone());
     for v in keys {
         if memory.not_before.contains_key(&v.key) {
             continue;

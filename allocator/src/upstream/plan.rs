@@ -67,10 +67,18 @@ pub enum Step {
     Release,
 }
 
-/// Every delegated key of `ledger`, with what its holders want.
-pub fn views(ledger: &Ledger, now: Nanos, limit: usize) -> Vec<KeyView> {
-    ledger
+/// Up to `limit` delegated keys of `ledger` with what their holders want, starting after
+/// key `after` and wrapping around, so that with more keys than one round takes, every key
+/// still gets its turn.
+pub fn views(ledger: &Ledger, now: Nanos, after: Option<&str>, limit: usize) -> Vec<KeyView> {
+    let later = ledger
         .accounts()
+        .skip_while(|(key, _)| after.is_some_and(|a| key.as_str() <= a));
+    let earlier = ledger
+        .accounts()
+        .take_while(|(key, _)| after.is_some_and(|a| key.as_str() <= a));
+    later
+        .chain(earlier)
         .filter_map(|(key, acct)| view(ledger, key, acct, now))
         .take(limit)
         .collect()
@@ -172,6 +180,42 @@ mod tests {
     }
 
     const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn every_key_gets_its_turn_when_a_round_takes_fewer() {
+        use leasehold_common::ledger::{Acquire, Command, LedgerConfig, PolicyParams};
+        let mut l = Ledger::new(LedgerConfig::delegated("region"));
+        let params = PolicyParams {
+            policy_id: "p".into(),
+            version: 1,
+            rate: leasehold_common::rate::Rate::per_second(10).unwrap(),
+            burst: 10,
+            lease: Default::default(),
+            weights: Default::default(),
+        };
+        l.apply(Nanos(0), Command::PutPolicy(params)).unwrap();
+        for key in ["a", "b", "c"] {
+            let ask = Command::Acquire(Acquire {
+                holder_id: "h".into(),
+                policy_id: "p".into(),
+                key: key.into(),
+                want_credit: 1,
+                demand_milli_per_sec: 0,
+                request_id: 1,
+                priority: 0,
+            });
+            l.apply(Nanos(0), ask).unwrap();
+        }
+        let keys = |after, limit| -> Vec<String> {
+            views(&l, Nanos(0), after, limit)
+                .into_iter()
+                .map(|v| v.key)
+                .collect()
+        };
+        assert_eq!(keys(None, 2), ["a", "b"]);
+        assert_eq!(keys(Some("b"), 2), ["c", "a"]);
+        assert_eq!(keys(Some("c"), 5), ["a", "b", "c"]);
+    }
 
     #[test]
     fn acquires_only_for_wanted_keys() {

@@ -11,9 +11,10 @@
 
 mod hierarchy_support;
 
-use hierarchy_support::{admin, eventually, start_agent, start_node, Agent};
+use hierarchy_support::{
+    admin, eventually, root_public_key, start_agent, start_node, start_root, Agent,
+};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
-use leasehold_common::lease::LeaseSigner;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
 use leasehold_proto::leasehold::v1 as pb;
@@ -99,18 +100,7 @@ async fn split_and_saturate() -> SplitRun {
     let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
     pki.write_to(&dir.path().join("certs"), true).unwrap();
 
-    let root = start_node(dir.path(), "global", None).await;
-    eventually(15, "the root to accept the policy", || {
-        let (pki, addr) = (&pki, root.addr.clone());
-        async move {
-            let req = pb::ApplyPolicyRequest {
-                yaml: POLICY.into(),
-                ..Default::default()
-            };
-            admin(pki, &addr).await.apply_policy(req).await.is_ok()
-        }
-    })
-    .await;
+    let root = start_root(dir.path(), &pki, POLICY).await;
     let split = leasectl(
         dir.path(),
         &root.addr,
@@ -144,8 +134,7 @@ async fn split_and_saturate() -> SplitRun {
         ]
     );
 
-    let key = std::fs::read(dir.path().join("global/lease-key.p8")).unwrap();
-    let key = hex::encode(LeaseSigner::from_pkcs8(&key).unwrap().public_key());
+    let key = root_public_key(dir.path());
     let regions = [
         start_node(dir.path(), "eu", Some((&root.addr, &key))).await,
         start_node(dir.path(), "us", Some((&root.addr, &key))).await,

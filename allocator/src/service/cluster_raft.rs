@@ -70,6 +70,11 @@ impl RaftCluster {
             .change_membership(voters, false)
             .await
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        self.membership()
+    }
+
+    /// The membership as it stands after a change.
+    fn membership(&self) -> Result<pb::MembershipResponse, Status> {
         let m = self.node()?.metrics();
         Ok(pb::MembershipResponse {
             log_index: m.last_log_index.unwrap_or(0),
@@ -105,11 +110,7 @@ impl ClusterControl for RaftCluster {
                 .add_learner(node_id, addr, true)
                 .await
                 .map_err(|e| Status::failed_precondition(e.to_string()))?;
-            let m = self.node()?.metrics();
-            Ok(pb::MembershipResponse {
-                log_index: m.last_log_index.unwrap_or(0),
-                members: self.members()?,
-            })
+            self.membership()
         })
     }
 

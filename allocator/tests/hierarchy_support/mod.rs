@@ -123,3 +123,30 @@ pub fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> A
         task,
     }
 }
+
+/// Starts the root cluster ("global") and applies `policy` through its admin API.
+pub async fn start_root(dir: &Path, pki: &DevPki, policy: &str) -> Node {
+    let root = start_node(dir, "global", None).await;
+    eventually(15, "the root to accept the policy", || {
+        let addr = root.addr.clone();
+        async move {
+            let req = leasehold_proto::leasehold::v1::ApplyPolicyRequest {
+                yaml: policy.into(),
+                ..Default::default()
+            };
+            admin(pki, &addr).await.apply_policy(req).await.is_ok()
+        }
+    })
+    .await;
+    root
+}
+
+/// The root's lease-signing public key, hex, as regions list it in `trusted_upstream_keys`.
+pub fn root_public_key(dir: &Path) -> String {
+    let key = std::fs::read(dir.join("global/lease-key.p8")).unwrap();
+    hex::encode(
+        leasehold_common::lease::LeaseSigner::from_pkcs8(&key)
+            .unwrap()
+            .public_key(),
+    )
+}

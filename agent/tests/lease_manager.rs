@@ -43,6 +43,17 @@ fn agent(name: &str, grantor: Arc<dyn Grantor>, policy: &Policy) -> Agent {
     }
 }
 
+/// An in-process root ledger granting `policy`, signing with `signer`.
+fn local_grantor(policy: &Policy, signer: LeaseSigner) -> Arc<LocalGrantor> {
+    let local = Arc::new(LocalGrantor::new(
+        Ledger::new(LedgerConfig::root("standalone")),
+        signer,
+        Arc::new(SystemClock::new()),
+    ));
+    assert_eq!(local.install(std::slice::from_ref(policy)).unwrap(), 1);
+    local
+}
+
 fn admit(a: &Agent, tenant: &str) -> bool {
     let entries = [("tenant", tenant)];
     let dims = [Dimension::policy("api", &entries)];
@@ -55,12 +66,7 @@ fn admit(a: &Agent, tenant: &str) -> bool {
 async fn leased_credit_flows_to_demand_and_shutdown_settles_exactly() {
     let policy = Policy::from_yaml(POLICY).unwrap();
     let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
-    let local = Arc::new(LocalGrantor::new(
-        Ledger::new(LedgerConfig::root("standalone")),
-        signer,
-        Arc::new(SystemClock::new()),
-    ));
-    assert_eq!(local.install(std::slice::from_ref(&policy)).unwrap(), 1);
+    let local = local_grantor(&policy, signer);
     let grantor: Arc<dyn Grantor> = local.clone();
     let (a, b) = (
         agent("gw-1", Arc::clone(&grantor), &policy),
@@ -110,12 +116,7 @@ async fn leased_credit_flows_to_demand_and_shutdown_settles_exactly() {
 async fn a_key_the_engine_drops_releases_its_lease() {
     let policy = Policy::from_yaml(POLICY).unwrap();
     let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
-    let local = Arc::new(LocalGrantor::new(
-        Ledger::new(LedgerConfig::root("standalone")),
-        signer,
-        Arc::new(SystemClock::new()),
-    ));
-    local.install(std::slice::from_ref(&policy)).unwrap();
+    let local = local_grantor(&policy, signer);
     let clock = SystemClock::new();
     let limits = leasehold_agent::engine::EngineLimits {
         key_idle_ns: 50_000_000,
@@ -173,12 +174,7 @@ async fn leases_signed_by_an_untrusted_key_are_never_spent() {
     let signer = LeaseSigner::generate(&rng).unwrap();
     let trusted = signer.public_key().to_vec();
     let stranger = LeaseSigner::generate(&rng).unwrap().public_key().to_vec();
-    let local = Arc::new(LocalGrantor::new(
-        Ledger::new(LedgerConfig::root("standalone")),
-        signer,
-        Arc::new(SystemClock::new()),
-    ));
-    local.install(std::slice::from_ref(&policy)).unwrap();
+    let local = local_grantor(&policy, signer);
     for (key, should_admit) in [(stranger, false), (trusted, true)] {
         let clock = SystemClock::new();
         let engine = Arc::new(

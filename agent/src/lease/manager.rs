@@ -309,14 +309,13 @@ impl LeaseManager {
         // A new slot for a key still held: the engine dropped the old one and the key came
         // back. The old lease can no longer be spent through the engine; settle it first.
         let k = (Arc::clone(&req.policy_id), req.key.clone());
-        if let Some(old) = self.held.remove(&k) {
-            if !Arc::ptr_eq(&old.slot, &req.slot) {
-                self.counters.evicted_released += 1;
-                self.release(old).await;
-            } else {
-                self.held.insert(k, old);
+        if let Some(old) = self.held.get(&k) {
+            if Arc::ptr_eq(&old.slot, &req.slot) {
                 return;
             }
+            let old = self.held.remove(&k).expect("present");
+            self.counters.evicted_released += 1;
+            self.release(old).await;
         }
         let sent_at = self.clock.now();
         let r = pb::AcquireRequest {

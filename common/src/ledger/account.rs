@@ -1,6 +1,7 @@
 //! One policy key's credit: where it comes from, what is out on lease, and who holds it.
 
 use super::command::Outcome;
+use super::entitlement::Entitlement;
 use crate::algo::TokenBucket;
 use crate::lease::LeaseId;
 use crate::time::Nanos;
@@ -79,6 +80,9 @@ pub struct HolderSlot {
     /// Highest request id seen and its answer, so a retry gets the same answer.
     pub last_request_id: u64,
     pub last_outcome: Option<Outcome>,
+    /// The share the holder earned on a contended key and has not yet been granted.
+    #[serde(default)]
+    pub entitled: Entitlement,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

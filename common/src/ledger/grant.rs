@@ -146,6 +146,7 @@ pub(super) fn slot_for<'a>(
                 last_seen: now,
                 last_request_id: 0,
                 last_outcome: None,
+                entitled: Default::default(),
             },
         );
     }

@@ -151,20 +151,24 @@ impl Ledger {
 
     /// Books reported usage and handed-back credit of a live lease.
     fn settle(&mut self, lease_id: LeaseId, used: u64, handed_back: u64, now: Nanos) {
-        let (key, delta, parent) = self
+        let (key, holder_id, delta, parent) = self
             .book
             .update(lease_id, |rec| {
                 let delta = used - rec.used;
                 rec.used = used;
                 rec.lease.credit -= handed_back;
                 rec.returned += handed_back;
-                (rec.lease.key.clone(), delta, rec.lease.parent_lease_id)
+                let l = &rec.lease;
+                (l.key.clone(), l.holder_id.clone(), delta, l.parent_lease_id)
             })
             .expect("settle on a live lease");
         let acct = self
             .accounts
             .get_mut(&key)
             .expect("live lease has an account");
+        if let Some(slot) = acct.holders.get_mut(&holder_id) {
+            slot.entitled.hand_back(handed_back);
+        }
         acct.mark_used(delta, parent, now);
         acct.reclaim(handed_back, parent, now);
     }

@@ -20,6 +20,7 @@
 pub mod account;
 pub mod book;
 pub mod command;
+pub mod entitlement;
 pub mod error;
 pub mod fair;
 mod grant;

@@ -34,11 +34,32 @@ pub fn weight_of(priority: u32) -> u64 {
     u64::from(priority) + 1
 }
 
-/// The grant for `ask`, or why none can be made and when to ask again.
+/// The grant for `ask`, or why none can be made and when to ask again. Either way the
+/// answer is noted against the holder, so later asks see what it received lately.
 pub fn size_grant(
     account: &mut Account,
     params: &PolicyParams,
     ask: &Ask<'_>,
+    now: Nanos,
+) -> Result<u64, (DenyReason, u64)> {
+    let lp = &params.lease;
+    let asked = ask.want.min(lp.max_credit.saturating_sub(ask.held));
+    let contended = contention(account, params, ask, now);
+    let sized = size(account, params, ask, contended.as_ref(), now);
+    if let Some(slot) = account.holders.get_mut(ask.holder_id) {
+        let units = *sized.as_ref().unwrap_or(&0);
+        let share = contended.map_or(0, |c| c.share);
+        let horizon_ns = lp.refresh_horizon_ms.saturating_mul(NS_PER_MS);
+        slot.entitled.note(units, asked, now, share, horizon_ns);
+    }
+    sized
+}
+
+fn size(
+    account: &mut Account,
+    params: &PolicyParams,
+    ask: &Ask<'_>,
+    contended: Option<&Contention>,
     now: Nanos,
 ) -> Result<u64, (DenyReason, u64)> {
     let lp = &params.lease;
@@ -49,13 +70,6 @@ pub fn size_grant(
     }
     let mut target = ask.want.min(headroom);
     let available = account.available(now);
-    if let Some(share) = contended_share(account, params, ask, now) {
-        let room = share.max(lp.min_credit).saturating_sub(ask.held);
-        if room == 0 {
-            return Err((DenyReason::FairShare, horizon_ns));
-        }
-        target = target.min(room);
-    }
     let reserve = reserve_units(account.ceiling(), lp.reserve_ppm);
     let may_use_reserve = ask.priority >= lp.reserve_priority_min;
     let usable = if may_use_reserve {
@@ -63,6 +77,21 @@ pub fn size_grant(
     } else {
         available.saturating_sub(reserve)
     };
+    if let Some(c) = contended {
+        let room = c.share.max(lp.min_credit).saturating_sub(ask.held);
+        if room == 0 {
+            return Err((DenyReason::FairShare, horizon_ns));
+        }
+        let mine = earned_part(usable, c.owed_me, c.owed_others);
+        let need = target.min(lp.min_credit).max(1);
+        if mine >= need {
+            target = target.min(room).min(mine);
+        } else if usable >= need {
+            // There is credit, but it is held for holders that earned it.
+            return Err((DenyReason::FairShare, (horizon_ns / 4).max(1)));
+        }
+        // Otherwise there is too little for anyone: answered below as exhausted.
+    }
     let need = target.min(lp.min_credit).max(1);
     if usable < need {
         let reason = if available >= need {
@@ -76,6 +105,20 @@ pub fn size_grant(
     Ok(target.min(usable))
 }
 
+/// What an asker that earned `owed_me` may take of `usable` while the other waiting
+/// holders earned `owed_others`: what they earned is held for them (they are back for it
+/// within their next ask; one that stops asking stops being waited for), the rest is free to
+/// take. When there is less than everyone earned, each gets its proportion, so the order in
+/// which holders ask does not decide the split.
+fn earned_part(usable: u64, owed_me: u64, owed_others: u64) -> u64 {
+    let owed = u128::from(owed_me) + u128::from(owed_others);
+    if u128::from(usable) >= owed {
+        return usable - owed_others;
+    }
+    let part = u128::from(usable) * u128::from(owed_me) / owed.max(1);
+    u64::try_from(part).unwrap_or(u64::MAX)
+}
+
 fn reserve_units(ceiling: u64, reserve_ppm: u64) -> u64 {
     let units = u128::from(ceiling) * u128::from(reserve_ppm) / u128::from(PPM);
     u64::try_from(units).unwrap_or(u64::MAX)
@@ -84,23 +127,36 @@ fn reserve_units(ceiling: u64, reserve_ppm: u64) -> u64 {
 fn retry_after_ns(account: &Account, missing: u64, horizon_ns: u64) -> u64 {
     match &account.supply {
         super::account::Supply::Bucket(b) => b.rate().ns_until(missing, 0).max(1),
-        super::account::Supply::Upstream(_) => horizon_ns.max(1),
+        // New credit arrives when the upstream driver next tops the key up, which it does
+        // as soon as the key runs low: well within a horizon.
+        super::account::Supply::Upstream(_) => (horizon_ns / 4).max(1),
     }
 }
 
-/// The asking holder's fair share per horizon when active holders together want more than
-/// the key can supply; `None` when the key is not contended.
-fn contended_share(
+/// A contended key as one asking holder sees it, in units per refresh horizon.
+struct Contention {
+    /// The asker's weighted max-min fair share.
+    share: u64,
+    /// What the asker earned of its share and was not yet granted.
+    owed_me: u64,
+    /// What the other holders that are waiting for credit are still owed.
+    owed_others: u64,
+}
+
+/// The asking holder's view of the key when active holders together want more than the key
+/// can supply; `None` when the key is not contended.
+fn contention(
     account: &Account,
     params: &PolicyParams,
     ask: &Ask<'_>,
     now: Nanos,
-) -> Option<u64> {
+) -> Option<Contention> {
     let lp = &params.lease;
     let horizon_ns = lp.refresh_horizon_ms.saturating_mul(NS_PER_MS);
     let active_ns = lp.ttl_ms.saturating_mul(NS_PER_MS);
     let capacity = account.capacity(horizon_ns);
     let mut claims = Vec::new();
+    let mut slots = Vec::new();
     let mut mine = None;
     for (id, slot) in &account.holders {
         let active = slot.current.is_some() || now.saturating_since(slot.last_seen) < active_ns;
@@ -120,6 +176,7 @@ fn contended_share(
                 .copied()
                 .unwrap_or_else(|| weight_of(slot.priority)),
         });
+        slots.push(slot);
     }
     let mine = mine?;
     if claims.iter().filter(|c| c.demand > 0).count() < 2 {
@@ -130,5 +187,19 @@ fn contended_share(
     if total <= u128::from(capacity) {
         return None;
     }
-    Some(max_min_shares(capacity, &claims)[mine])
+    let shares = max_min_shares(capacity, &claims);
+    let owed = |i: usize| slots[i].entitled.owed(now, shares[i], horizon_ns);
+    // A holder counts as waiting for about two horizons after it was last short, long
+    // enough to cover a saturated holder's return, short enough that one that went quiet
+    // stops holding credit back.
+    let waiting_ns = horizon_ns.saturating_mul(2);
+    let owed_others = (0..slots.len())
+        .filter(|&i| i != mine && slots[i].entitled.waiting(now, waiting_ns))
+        .map(owed)
+        .fold(0u64, u64::saturating_add);
+    Some(Contention {
+        share: shares[mine],
+        owed_me: owed(mine),
+        owed_others,
+    })
 }

@@ -3,34 +3,17 @@
 //! its previous run's lease at once (spent up to its durable mark); without one that lease
 //! stays outstanding until it expires. Either way the agents admit at most B + r·T.
 
-use serde_json::Value;
+mod process_support;
+
+use process_support::{free_port, json, spawn_logged, wait_until, Proc, ALLOCATOR, LEASECTL};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
-const ALLOCATOR: &str = env!("CARGO_BIN_EXE_leasehold-allocator");
 const RATE_PER_SEC: u64 = 50;
 const BURST: u64 = 100;
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 50, per: 1s}\nburst: 100\nscope: global\nlease: {ttl: 20s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The agent binary, built into this target directory (it belongs to another package).
 fn agent_binary() -> PathBuf {
@@ -79,35 +62,23 @@ fn start_allocator(dir: &Path) -> (Proc, String) {
         ),
     )
     .unwrap();
-    let node = Proc(
-        Command::new(ALLOCATOR)
-            .arg("-c")
-            .arg(&config)
-            .arg("--insecure")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("node.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut node = Command::new(ALLOCATOR);
+    node.arg("-c").arg(&config).arg("--insecure");
+    let node = spawn_logged(node, &dir.join("node.log"));
     let server = format!("127.0.0.1:{grpc}");
     let policy = dir.join("api.yaml");
     std::fs::write(&policy, POLICY).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = ctl(
-            &server,
-            &["policy", "apply", "-f", policy.to_str().unwrap()],
-        );
+    let apply = ["policy", "apply", "-f", policy.to_str().unwrap()];
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
+        let out = ctl(&server, &apply);
         if out.status.success() {
-            break;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "policy not applied: {}",
             String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        ))
+    });
     (node, server)
 }
 
@@ -116,13 +87,11 @@ fn start_agent(bin: &Path, dir: &Path, server: &str, state: Option<&Path>) -> (P
     let mut cmd = Command::new(bin);
     cmd.args(["--allocator", server, "--insecure", "--holder-id", "gw-1"])
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(format!("agent-{http}.log"))).unwrap());
+        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
     if let Some(state) = state {
         cmd.arg("--state-file").arg(state);
     }
-    let proc = Proc(cmd.spawn().unwrap());
+    let proc = spawn_logged(cmd, &dir.join(format!("agent-{http}.log")));
     wait_ready(http);
     (proc, http)
 }
@@ -130,8 +99,7 @@ fn start_agent(bin: &Path, dir: &Path, server: &str, state: Option<&Path>) -> (P
 /// Waits for `/readyz` to answer 200: the agent has its policies from the allocator (a
 /// gateway sends no traffic to an agent that is not ready).
 fn wait_ready(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
         let ready = std::net::TcpStream::connect(("127.0.0.1", port))
             .and_then(|mut s| {
                 s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
@@ -141,14 +109,10 @@ fn wait_ready(port: u16) {
             })
             .unwrap_or(false);
         if ready {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "agent on :{port} never became ready"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Err(format!("agent on :{port} never became ready"))
+    });
 }
 
 /// One `POST /v1/admit`; None while the agent is not listening.
@@ -177,14 +141,8 @@ fn drive(port: u16, for_: Duration) -> u64 {
 }
 
 fn live_leases(server: &str) -> Vec<u64> {
-    let out = ctl(server, &["lease", "ls", "--holder", "gw-1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
-    rows.as_array()
+    json(&ctl(server, &["lease", "ls", "--holder", "gw-1"]))
+        .as_array()
         .unwrap()
         .iter()
         .map(|r| r["lease_id"].as_u64().unwrap())
@@ -284,14 +242,10 @@ fn a_sigtermed_agent_returns_its_credit() {
     let pid = first.0.id().to_string();
     let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(term.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = first.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "agent did not exit on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let exited = first.0.try_wait().unwrap();
+        exited.ok_or_else(|| "agent did not exit on SIGTERM".to_string())
+    });
     assert!(status.success(), "graceful exit: {status:?}");
     assert!(
         live_leases(&server).is_empty(),

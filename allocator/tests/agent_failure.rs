@@ -6,18 +6,18 @@
 //! * `fail_open` admits, uncharged, and counts those admissions apart (also in metrics);
 //! * `restricted` admits only priority ≥ `min_priority`, at its local emergency rate.
 
+mod hierarchy_support;
 mod service_support;
 
+use hierarchy_support::{channels, manager_config, spawn_agent, Agent};
 use leasehold_agent::api::metrics;
-use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Outcome};
 use leasehold_allocator::replica::Replica;
 use leasehold_common::policy::Policy;
-use leasehold_common::time::{Clock, SystemClock};
+use leasehold_common::time::Clock;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, Role};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Policy id and its `failure:` block.
@@ -48,45 +48,15 @@ fn policy(id: &str, failure: &str) -> String {
     )
 }
 
-struct Agent {
-    engine: Arc<Engine>,
-    clock: SystemClock,
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
-}
-
-fn start_agent(allocator: String, transport: ClientTransport) -> Agent {
+fn start_agent(allocator: &str, channels: ChannelFactory) -> Agent {
     let policies = POLICIES
         .iter()
         .map(|(id, failure)| Policy::from_yaml(&policy(id, failure)).unwrap());
-    let clock = SystemClock::new();
-    let engine = Arc::new(
-        Engine::builder()
-            .start(clock.now())
-            .build(RuleSource::from_policies(policies.collect::<Vec<_>>()))
-            .unwrap(),
-    );
-    let grantor = Arc::new(RemoteGrantor::new(
-        ChannelFactory::new(ChannelSettings::default(), transport).unwrap(),
-        vec![allocator],
-        3,
-    ));
-    let mut cfg = ManagerConfig::new("gw-1");
-    cfg.tick_ms = 5;
-    cfg.report_every_ms = 100;
-    cfg.retry_ms = 50;
+    let mut cfg = manager_config("gw-1");
     // As the policies' own `refresh_horizon`: renew ahead by that much, not by the default
     // horizon, which is as long as the whole lease here.
     cfg.holder.refresh_horizon_ms = 200;
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let queue = engine.take_acquire_queue().unwrap();
-    let task = tokio::spawn(LeaseManager::new(cfg, grantor, clock.clone(), queue).run(rx));
-    Agent {
-        engine,
-        clock,
-        stop,
-        task,
-    }
+    spawn_agent(channels, allocator, policies.collect(), cfg)
 }
 
 impl Agent {
@@ -108,11 +78,6 @@ impl Agent {
             .find(|p| p.policy_id == policy)
             .expect("policy")
             .counters
-    }
-
-    async fn shut_down(self) {
-        self.stop.send(true).unwrap();
-        self.task.await.unwrap();
     }
 }
 
@@ -236,13 +201,7 @@ async fn each_failure_behaviour_holds_when_the_allocator_goes_away() {
             .unwrap();
     }
     let addr = c.addr;
-    let agent = start_agent(
-        addr.to_string(),
-        ClientTransport::MutualTls {
-            pem: c.pki.tls_pem(Role::Agent, "gw-1").unwrap(),
-            server_name: Some("localhost".into()),
-        },
-    );
+    let agent = start_agent(&addr.to_string(), channels(&c.pki, Role::Agent, "gw-1"));
 
     // Leases first: every policy admits against leased credit, demand measured.
     let before = traffic(&agent, Duration::from_millis(600)).await;
@@ -316,7 +275,8 @@ async fn an_allocator_address_where_nothing_listens_gets_each_failure_behaviour_
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = listener.local_addr().unwrap();
     drop(listener);
-    let agent = start_agent(dead.to_string(), ClientTransport::Plaintext);
+    let plaintext = ChannelFactory::new(ChannelSettings::default(), ClientTransport::Plaintext);
+    let agent = start_agent(&dead.to_string(), plaintext.unwrap());
     let window_ms = 1_200;
     let seen = traffic(&agent, Duration::from_millis(window_ms)).await;
 

@@ -1,32 +1,15 @@
 //! End to end from the binaries: `leasectl certs init`, a 3-node allocator cluster with
 //! mutual TLS, and every `leasectl` command against it, JSON output included.
 
+mod process_support;
+
+use process_support::{
+    free_port, json, leasectl, spawn_logged, wait_until, Proc, ALLOCATOR, LEASECTL,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
-
-const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
-const ALLOCATOR: &str = env!("CARGO_BIN_EXE_leasehold-allocator");
-
-struct Nodes(Vec<Child>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn config(dir: &Path, id: u64, ports: &[(u16, u16)]) -> PathBuf {
     let certs = dir.join("certs");
@@ -50,40 +33,27 @@ fn config(dir: &Path, id: u64, ports: &[(u16, u16)]) -> PathBuf {
     path
 }
 
-fn ctl_command(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Command {
-    let certs = dir.join("certs");
-    let mut c = Command::new(LEASECTL);
-    c.env("HOME", dir)
-        .args(["--server", server, "--server-name", "localhost"])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join(format!("{identity}.pem")))
-        .arg("--key")
-        .arg(certs.join(format!("{identity}-key.pem")))
-        .args(args);
-    c
-}
-
 fn ctl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Output {
-    ctl_command(dir, server, identity, args).output().unwrap()
+    leasectl(dir, server, identity, args).output().unwrap()
 }
 
 /// A running `audit tail --follow -o json`, its JSON lines, killed when dropped.
 struct Follow {
-    child: Child,
+    _child: Proc,
     lines: std::sync::mpsc::Receiver<Value>,
 }
 
 impl Follow {
     fn start(dir: &Path, server: &str) -> Follow {
         let args = ["audit", "tail", "--follow", "-n", "1", "-o", "json"];
-        let mut child = ctl_command(dir, server, "admin-ops", &args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let mut child = Proc(
+            leasectl(dir, server, "admin-ops", &args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let stdout = child.0.stdout.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             use std::io::BufRead;
@@ -96,7 +66,10 @@ impl Follow {
                 }
             }
         });
-        Follow { child, lines }
+        Follow {
+            _child: child,
+            lines,
+        }
     }
 
     /// The next entry printed, waiting at most `secs`.
@@ -104,13 +77,6 @@ impl Follow {
         self.lines
             .recv_timeout(Duration::from_secs(secs))
             .expect("audit tail --follow printed an entry in time")
-    }
-}
-
-impl Drop for Follow {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -124,30 +90,17 @@ fn audit_len(dir: &Path, server: &str) -> usize {
     json(&out).as_array().unwrap().len()
 }
 
-fn json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "leasectl failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
-
 fn wait_ready(dir: &Path, server: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
         let out = ctl(dir, server, "admin-ops", &["status", "-o", "json"]);
         if out.status.success() && json(&out)["healthy"] == Value::Bool(true) {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "cluster not healthy: {}",
             String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        ))
+    });
 }
 
 #[test]
@@ -173,19 +126,13 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
         String::from_utf8_lossy(&init.stderr)
     );
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let nodes = Nodes(
-        (1..=3)
-            .map(|id| {
-                Command::new(ALLOCATOR)
-                    .arg("-c")
-                    .arg(config(dir, id, &ports))
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::fs::File::create(dir.join(format!("node-{id}.log"))).unwrap())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect(),
-    );
+    let nodes: Vec<Proc> = (1..=3)
+        .map(|id| {
+            let mut node = Command::new(ALLOCATOR);
+            node.arg("-c").arg(config(dir, id, &ports));
+            spawn_logged(node, &dir.join(format!("node-{id}.log")))
+        })
+        .collect();
     let server = format!("127.0.0.1:{}", ports[2].0);
     wait_ready(dir, &server);
     let admin = |args: &[&str]| ctl(dir, &server, "admin-ops", args);

@@ -3,77 +3,26 @@
 //! its renewals; the allocator sums the reports per policy version and `leasectl policy get`
 //! shows the sum, which never exceeds what the agent counted.
 
-use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
-use leasehold_allocator::config::AllocatorConfig;
-use leasehold_common::policy::Policy;
-use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
-use leasehold_proto::transport::{
-    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
-};
-use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::watch;
+mod hierarchy_support;
 
-const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
+use hierarchy_support::process::{json, leasectl};
+use hierarchy_support::{start_agent, start_root};
+use leasehold_agent::engine::{AdmitRequest, Dimension};
+use leasehold_common::policy::Policy;
+use leasehold_common::time::Clock;
+use leasehold_proto::transport::{DevPki, PkiSpec};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 200, per: 1s}\nburst: 100\nscope: global\nmode: shadow\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
-    let transport = ClientTransport::MutualTls {
-        pem: pki.tls_pem(role, name).unwrap(),
-        server_name: Some("localhost".into()),
-    };
-    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
-}
-
-fn node_config(dir: &Path) -> (AllocatorConfig, String) {
-    let (grpc, http) = (free_port(), free_port());
-    let (c, d) = (dir.join("certs"), dir.join("global"));
-    let yaml = format!(
-        "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-         advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\n\
-         bootstrap: [{{id: 1, addr: \"127.0.0.1:{grpc}\"}}]\n\
-         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-global-1.pem, key: {c}/allocator-global-1-key.pem}}\n\
-         raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}}\ntick_ms: 20\n",
-        d = d.display(),
-        c = c.display(),
-    );
-    let cfg = AllocatorConfig::from_yaml(&yaml).expect("valid config");
-    (cfg, format!("127.0.0.1:{grpc}"))
-}
-
 async fn leasectl_policy_get(dir: &Path, server: &str) -> serde_json::Value {
-    let certs = dir.join("certs");
-    let mut cmd = std::process::Command::new(LEASECTL);
-    cmd.env("HOME", dir)
-        .args(["--server", server, "--server-name", "localhost"])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("admin-ops.pem"))
-        .arg("--key")
-        .arg(certs.join("admin-ops-key.pem"))
-        .args(["policy", "get", "api", "-o", "json"]);
+    let args = ["policy", "get", "api", "-o", "json"];
+    let mut cmd = leasectl(dir, server, "admin-ops", &args);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json(&out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,48 +31,11 @@ async fn shadow_would_deny_counts_reach_policy_get() {
     let spec = PkiSpec::local(&["global-1"], &["gw-1"], &["ops"]);
     let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
     pki.write_to(&dir.path().join("certs"), true).unwrap();
-    let (cfg, addr) = node_config(dir.path());
-    let (stop_node, rx) = watch::channel(false);
-    let node = tokio::spawn(async move {
-        leasehold_allocator::server::run(cfg, rx)
-            .await
-            .expect("node runs")
-    });
-    let admin_channel = channels(&pki, Role::Admin, "ops").channel(&addr).unwrap();
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
-        let req = pb::ApplyPolicyRequest {
-            yaml: POLICY.into(),
-            ..Default::default()
-        };
-        let mut admin = AdminServiceClient::new(admin_channel.clone());
-        if admin.apply_policy(req).await.is_ok() {
-            break;
-        }
-        assert!(Instant::now() < until, "the allocator accepted the policy");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    let clock = SystemClock::new();
+    let root = start_root(dir.path(), &pki, POLICY).await;
+    let addr = root.addr.clone();
     let policy = Policy::from_yaml(POLICY).unwrap();
-    let engine = Arc::new(
-        Engine::builder()
-            .start(clock.now())
-            .build(RuleSource::from_policies(vec![policy]))
-            .unwrap(),
-    );
-    let grantor = Arc::new(RemoteGrantor::new(
-        channels(&pki, Role::Agent, "gw-1"),
-        vec![addr.clone()],
-        3,
-    ));
-    let mut mcfg = ManagerConfig::new("gw-1");
-    mcfg.tick_ms = 5;
-    mcfg.report_every_ms = 100;
-    mcfg.retry_ms = 50;
-    let (stop_agent, arx) = watch::channel(false);
-    let queue = engine.take_acquire_queue().unwrap();
-    let manager = tokio::spawn(LeaseManager::new(mcfg, grantor, clock.clone(), queue).run(arx));
+    let agent = start_agent(&pki, "gw-1", &addr, &policy);
+    let (engine, clock) = (&agent.engine, &agent.clock);
 
     // Far more than the policy allows: in shadow mode every request is admitted anyway.
     let started = Instant::now();
@@ -169,8 +81,6 @@ async fn shadow_would_deny_counts_reach_policy_get() {
         "never more than counted: {reported} > {counted}"
     );
 
-    stop_agent.send(true).unwrap();
-    manager.await.unwrap();
-    stop_node.send(true).unwrap();
-    node.await.unwrap();
+    agent.shut_down().await;
+    root.shut_down().await;
 }

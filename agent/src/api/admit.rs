@@ -1,7 +1,8 @@
 //! The native gRPC admission API (`leasehold.v1.AdmitService`): several dimensions charged
 //! all or none, priority, route-based cost, decision ids.
 
-use crate::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome};
+use super::dims::{DimensionRules, RequestDimension};
+use crate::engine::{AdmitRequest, DenyReason, Engine, Outcome};
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admit_service_server::AdmitService;
@@ -13,6 +14,12 @@ pub const ADMIT_DIMENSIONS_MAX: usize = 8;
 /// Entries accepted per dimension.
 pub const ADMIT_ENTRIES_MAX: usize = 16;
 
+const RULES: DimensionRules = DimensionRules {
+    dimensions_max: ADMIT_DIMENSIONS_MAX,
+    entries_max: ADMIT_ENTRIES_MAX,
+    target_rule: "set exactly one of policy_id or domain",
+};
+
 pub struct AdmitServer {
     engine: Arc<Engine>,
     clock: SystemClock,
@@ -21,6 +28,22 @@ pub struct AdmitServer {
 impl AdmitServer {
     pub fn new(engine: Arc<Engine>, clock: SystemClock) -> Self {
         AdmitServer { engine, clock }
+    }
+}
+
+impl RequestDimension for pb::Dimension {
+    fn policy_id(&self) -> Option<&str> {
+        (!self.policy_id.is_empty()).then_some(self.policy_id.as_str())
+    }
+
+    fn domain(&self) -> Option<&str> {
+        (!self.domain.is_empty()).then_some(self.domain.as_str())
+    }
+
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
     }
 }
 
@@ -48,11 +71,8 @@ impl AdmitService for AdmitServer {
         req: Request<pb::AdmitRequest>,
     ) -> Result<Response<pb::AdmitResponse>, Status> {
         let r = req.into_inner();
-        if r.dimensions.is_empty() || r.dimensions.len() > ADMIT_DIMENSIONS_MAX {
-            return Err(Status::invalid_argument(format!(
-                "dimensions: give 1 to {ADMIT_DIMENSIONS_MAX}"
-            )));
-        }
+        let invalid = |e: super::dims::DimensionError| Status::invalid_argument(e.to_string());
+        RULES.check_count(r.dimensions.len()).map_err(invalid)?;
         if r.dry_run {
             return Err(Status::unimplemented(
                 "dry_run: this agent only evaluates by charging",
@@ -60,36 +80,14 @@ impl AdmitService for AdmitServer {
         }
         let priority =
             u8::try_from(r.priority).map_err(|_| Status::invalid_argument("priority: 0 to 255"))?;
-        let mut entries: Vec<Vec<(&str, &str)>> = Vec::with_capacity(r.dimensions.len());
-        for (i, d) in r.dimensions.iter().enumerate() {
-            if d.entries.len() > ADMIT_ENTRIES_MAX {
-                return Err(Status::invalid_argument(format!(
-                    "dimensions[{i}].entries: at most {ADMIT_ENTRIES_MAX}"
-                )));
-            }
-            entries.push(
-                d.entries
-                    .iter()
-                    .map(|e| (e.key.as_str(), e.value.as_str()))
-                    .collect(),
-            );
-        }
-        let mut dims = Vec::with_capacity(r.dimensions.len());
-        for (i, d) in r.dimensions.iter().enumerate() {
-            dims.push(match (d.policy_id.is_empty(), d.domain.is_empty()) {
-                (false, true) => Dimension::policy(&d.policy_id, &entries[i]),
-                (true, false) => Dimension::envoy(&d.domain, &entries[i]),
-                _ => {
-                    return Err(Status::invalid_argument(format!(
-                        "dimensions[{i}]: set exactly one of policy_id or domain"
-                    )))
-                }
-            });
-        }
-        let mut admit = AdmitRequest::new(&dims);
-        admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
-        admit.priority = priority;
-        let d = self.engine.admit(&admit, self.clock.now());
+        let d = RULES
+            .with_dimensions(&r.dimensions, |dims| {
+                let mut admit = AdmitRequest::new(dims);
+                admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
+                admit.priority = priority;
+                self.engine.admit(&admit, self.clock.now())
+            })
+            .map_err(invalid)?;
         let results = d
             .results
             .iter()

@@ -1,7 +1,8 @@
 //! The agent's HTTP API: `POST /v1/admit` (200 or 429 with `Retry-After` and the IETF
 //! `RateLimit-Policy` / `RateLimit` fields), `/metrics`, `/healthz`, `/readyz`.
 
-use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
+use super::dims::{DimensionRules, RequestDimension};
+use crate::engine::{AdmitRequest, Decision, Engine, Outcome};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +16,13 @@ use std::sync::Arc;
 
 /// Dimensions accepted in one HTTP request (the engine accepts at most 8).
 pub const HTTP_DIMENSIONS_MAX: usize = 8;
+
+/// The HTTP body's own size limit bounds the entries of a dimension.
+const RULES: DimensionRules = DimensionRules {
+    dimensions_max: HTTP_DIMENSIONS_MAX,
+    entries_max: usize::MAX,
+    target_rule: "give exactly one of `policy` or `domain`",
+};
 
 #[derive(Clone)]
 struct Http {
@@ -43,6 +51,20 @@ struct DimensionBody {
     domain: Option<String>,
     #[serde(default)]
     entries: BTreeMap<String, String>,
+}
+
+impl RequestDimension for DimensionBody {
+    fn policy_id(&self) -> Option<&str> {
+        self.policy.as_deref()
+    }
+
+    fn domain(&self) -> Option<&str> {
+        self.domain.as_deref()
+    }
+
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// Whether the agent may serve; the reason when it may not.
@@ -87,37 +109,17 @@ async fn admit(
         Ok(Json(b)) => b,
         Err(e) => return bad(format!("request body: {}", e.body_text())),
     };
-    if body.dimensions.is_empty() || body.dimensions.len() > HTTP_DIMENSIONS_MAX {
-        return bad(format!("dimensions: give 1 to {HTTP_DIMENSIONS_MAX}"));
+    let decision = RULES.with_dimensions(&body.dimensions, |dims| {
+        let mut req = AdmitRequest::new(dims);
+        req.route = body.route.as_deref();
+        req.priority = body.priority;
+        req.bytes = body.bytes;
+        h.engine.admit(&req, h.clock.now())
+    });
+    match decision {
+        Ok(decision) => respond(&decision),
+        Err(e) => bad(e.to_string()),
     }
-    let entries: Vec<Vec<(&str, &str)>> = body
-        .dimensions
-        .iter()
-        .map(|d| {
-            d.entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect()
-        })
-        .collect();
-    let mut dims = Vec::with_capacity(body.dimensions.len());
-    for (i, d) in body.dimensions.iter().enumerate() {
-        match (&d.policy, &d.domain) {
-            (Some(p), None) => dims.push(Dimension::policy(p, &entries[i])),
-            (None, Some(domain)) => dims.push(Dimension::envoy(domain, &entries[i])),
-            _ => {
-                return bad(format!(
-                    "dimensions[{i}]: give exactly one of `policy` or `domain`"
-                ))
-            }
-        }
-    }
-    let mut req = AdmitRequest::new(&dims);
-    req.route = body.route.as_deref();
-    req.priority = body.priority;
-    req.bytes = body.bytes;
-    let decision = h.engine.admit(&req, h.clock.now());
-    respond(&decision)
 }
 
 fn outcome_name(o: Outcome) -> String {

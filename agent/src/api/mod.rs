@@ -3,6 +3,7 @@
 //! that serve them.
 
 pub mod admit;
+pub mod dims;
 pub mod http;
 pub mod listen;
 pub mod metrics;

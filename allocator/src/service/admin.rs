@@ -2,7 +2,6 @@
 //! Only admin certificates may call it; every change is audited under the caller's name.
 
 use super::auth::admin_caller;
-use super::budget::budget_tree;
 use super::cluster::ClusterControl;
 use super::convert::{
     admin_status, emergency_from_pb, emergency_to_pb, lease_to_pb, replica_status,
@@ -13,6 +12,7 @@ use crate::state::{admin_prepare, AllocatorState, StateCommand, StateOutput};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminService;
 use leasehold_proto::transport::AuthMode;
+use std::future::Future;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -48,19 +48,63 @@ impl<R: Replica<AllocatorState>> AdminServer<R> {
         self.replica.read(f).await.map_err(replica_status)
     }
 
+    /// Authorises an admin caller, then answers with `call(actor, request)`. Every admin
+    /// call starts this way; the actor is who the audit log names for a change.
+    async fn serve<Q, A, Fut>(
+        &self,
+        req: Request<Q>,
+        call: impl FnOnce(String, Q) -> Fut,
+    ) -> Result<Response<A>, Status>
+    where
+        Fut: Future<Output = Result<A, Status>>,
+    {
+        let actor = admin_caller(&self.auth, &req)?;
+        call(actor, req.into_inner()).await.map(Response::new)
+    }
+
+    /// Commits `cmd` and picks the answer out of its output; `answer` hands back an output
+    /// of another kind, which is an internal error.
+    async fn commit<T>(
+        &self,
+        cmd: StateCommand,
+        answer: impl FnOnce(StateOutput) -> Result<T, StateOutput>,
+    ) -> Result<T, Status> {
+        answer(self.propose(cmd).await?)
+            .map_err(|other| Status::internal(format!("unexpected answer {other:?}")))
+    }
+
     async fn policy_change(
         &self,
         cmd: StateCommand,
     ) -> Result<(String, u64, bool, String), Status> {
-        match self.propose(cmd).await? {
+        self.commit(cmd, |out| match out {
             StateOutput::Policy {
                 policy_id,
                 version,
                 changed,
                 diff,
             } => Ok((policy_id, version, changed, diff)),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+            other => Err(other),
+        })
+        .await
+    }
+}
+
+/// Entries in one page of a list call: 100 unless asked, at most 1 000.
+fn page_size(requested: u32) -> usize {
+    if requested == 0 {
+        100
+    } else {
+        requested.min(1_000) as usize
+    }
+}
+
+/// Where the next page starts: after the last entry of a full page; none (the default)
+/// after a short one.
+fn next_after<T, K: Default>(page: &[T], size: usize, key: impl FnOnce(&T) -> K) -> K {
+    match page.last() {
+        Some(last) if page.len() == size => key(last),
+        _ => K::default(),
     }
 }
 
@@ -88,343 +132,282 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
         &self,
         req: Request<pb::ApplyPolicyRequest>,
     ) -> Result<Response<pb::ApplyPolicyResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let effective_at_ns = r.effective_at_ms.saturating_mul(1_000_000);
-        if r.dry_run {
-            let policy = admin_prepare(&r.yaml, r.shadow).map_err(|e| admin_status(&e))?;
-            let id = policy.id.clone();
-            let (version, changed, diff) = self.read(move |s| s.preview(&policy)).await?;
-            return Ok(Response::new(pb::ApplyPolicyResponse {
-                policy_id: id,
+        self.serve(req, |actor, r| async move {
+            if r.dry_run {
+                let policy = admin_prepare(&r.yaml, r.shadow).map_err(|e| admin_status(&e))?;
+                let id = policy.id.clone();
+                let (version, changed, diff) = self.read(move |s| s.preview(&policy)).await?;
+                return Ok(pb::ApplyPolicyResponse {
+                    policy_id: id,
+                    version,
+                    diff,
+                    changed,
+                });
+            }
+            let cmd = StateCommand::ApplyPolicy {
+                yaml: r.yaml,
+                shadow: r.shadow,
+                effective_at_ns: r.effective_at_ms.saturating_mul(1_000_000),
+                actor,
+            };
+            let (policy_id, version, changed, diff) = self.policy_change(cmd).await?;
+            Ok(pb::ApplyPolicyResponse {
+                policy_id,
                 version,
                 diff,
                 changed,
-            }));
-        }
-        let cmd = StateCommand::ApplyPolicy {
-            yaml: r.yaml,
-            shadow: r.shadow,
-            effective_at_ns,
-            actor,
-        };
-        let (policy_id, version, changed, diff) = self.policy_change(cmd).await?;
-        Ok(Response::new(pb::ApplyPolicyResponse {
-            policy_id,
-            version,
-            diff,
-            changed,
-        }))
+            })
+        })
+        .await
     }
 
     async fn list_policies(
         &self,
         req: Request<pb::ListPoliciesRequest>,
     ) -> Result<Response<pb::ListPoliciesResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let limit = if r.limit == 0 {
-            100
-        } else {
-            r.limit.min(1_000)
-        } as usize;
-        let policies = self
-            .read(move |s| {
-                s.policies()
-                    .current()
-                    .filter(|v| v.policy.id > r.after_policy_id)
-                    .take(limit)
-                    .filter_map(|v| summary(s, &v.policy.id))
-                    .collect::<Vec<_>>()
+        self.serve(req, |_, r| async move {
+            let size = page_size(r.limit);
+            let policies = self
+                .read(move |s| {
+                    s.policies()
+                        .current()
+                        .filter(|v| v.policy.id > r.after_policy_id)
+                        .take(size)
+                        .filter_map(|v| summary(s, &v.policy.id))
+                        .collect::<Vec<_>>()
+                })
+                .await?;
+            let next_after_policy_id = next_after(&policies, size, |p| p.policy_id.clone());
+            Ok(pb::ListPoliciesResponse {
+                policies,
+                next_after_policy_id,
             })
-            .await?;
-        let next = if policies.len() == limit {
-            policies
-                .last()
-                .map(|p| p.policy_id.clone())
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(Response::new(pb::ListPoliciesResponse {
-            policies,
-            next_after_policy_id: next,
-        }))
+        })
+        .await
     }
 
     async fn get_policy(
         &self,
         req: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let id = r.policy_id.clone();
-        let found = self
-            .read(move |s| {
-                let version = if r.version == 0 {
-                    s.policies().get(&r.policy_id)?.version
-                } else {
-                    r.version
-                };
-                let shadow = s
-                    .shadow_tally(&r.policy_id, version)
-                    .map(|t| pb::ShadowStats {
-                        would_deny_requests: t.would_deny_requests,
-                        would_deny_units: 0,
-                        since_ms: nanos_to_ms(t.since_ns),
-                    });
-                Some((
-                    policy_info(s, &r.policy_id, version)?,
-                    summary(s, &r.policy_id)?,
-                    shadow,
-                ))
+        self.serve(req, |_, r| async move {
+            let id = r.policy_id.clone();
+            let found = self
+                .read(move |s| {
+                    let version = if r.version == 0 {
+                        s.policies().get(&r.policy_id)?.version
+                    } else {
+                        r.version
+                    };
+                    let shadow = s
+                        .shadow_tally(&r.policy_id, version)
+                        .map(|t| pb::ShadowStats {
+                            would_deny_requests: t.would_deny_requests,
+                            would_deny_units: 0,
+                            since_ms: nanos_to_ms(t.since_ns),
+                        });
+                    Some((
+                        policy_info(s, &r.policy_id, version)?,
+                        summary(s, &r.policy_id)?,
+                        shadow,
+                    ))
+                })
+                .await?;
+            let (policy, summary, shadow_stats) = found.ok_or_else(|| {
+                Status::not_found(format!("no policy '{id}' (or no such version kept)"))
+            })?;
+            Ok(pb::GetPolicyResponse {
+                policy: Some(policy),
+                summary: Some(summary),
+                shadow_stats,
             })
-            .await?;
-        let (policy, summary, shadow_stats) = found.ok_or_else(|| {
-            Status::not_found(format!("no policy '{id}' (or no such version kept)"))
-        })?;
-        Ok(Response::new(pb::GetPolicyResponse {
-            policy: Some(policy),
-            summary: Some(summary),
-            shadow_stats,
-        }))
+        })
+        .await
     }
 
     async fn diff_policy(
         &self,
         req: Request<pb::DiffPolicyRequest>,
     ) -> Result<Response<pb::DiffPolicyResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let candidate = if r.yaml.is_empty() {
-            None
-        } else {
-            Some(admin_prepare(&r.yaml, false).map_err(|e| admin_status(&e))?)
-        };
-        let out = self
-            .read(move |s| super::views::diff_view(s, &r, candidate.as_ref()))
-            .await??;
-        Ok(Response::new(out))
+        self.serve(req, |_, r| async move {
+            let candidate = if r.yaml.is_empty() {
+                None
+            } else {
+                Some(admin_prepare(&r.yaml, false).map_err(|e| admin_status(&e))?)
+            };
+            self.read(move |s| super::views::diff_view(s, &r, candidate.as_ref()))
+                .await?
+        })
+        .await
     }
 
     async fn rollback_policy(
         &self,
         req: Request<pb::RollbackPolicyRequest>,
     ) -> Result<Response<pb::RollbackPolicyResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        if r.dry_run {
-            let (id, to) = (r.policy_id.clone(), r.to_version);
-            let preview = self
-                .read(move |s| {
-                    s.policies()
-                        .get_version(&id, to)
-                        .map(|v| s.preview(&v.policy))
-                        .map_err(|e| Status::not_found(e.to_string()))
-                })
-                .await??;
-            return Ok(Response::new(pb::RollbackPolicyResponse {
-                version: preview.0,
-                diff: preview.2,
-            }));
-        }
-        let cmd = StateCommand::RollbackPolicy {
-            policy_id: r.policy_id,
-            to_version: r.to_version,
-            actor,
-        };
-        let (_, version, _, diff) = self.policy_change(cmd).await?;
-        Ok(Response::new(pb::RollbackPolicyResponse { version, diff }))
+        self.serve(req, |actor, r| async move {
+            if r.dry_run {
+                let (id, to) = (r.policy_id.clone(), r.to_version);
+                let (version, _, diff) = self
+                    .read(move |s| {
+                        s.policies()
+                            .get_version(&id, to)
+                            .map(|v| s.preview(&v.policy))
+                            .map_err(|e| Status::not_found(e.to_string()))
+                    })
+                    .await??;
+                return Ok(pb::RollbackPolicyResponse { version, diff });
+            }
+            let cmd = StateCommand::RollbackPolicy {
+                policy_id: r.policy_id,
+                to_version: r.to_version,
+                actor,
+            };
+            let (_, version, _, diff) = self.policy_change(cmd).await?;
+            Ok(pb::RollbackPolicyResponse { version, diff })
+        })
+        .await
     }
 
     async fn show_budget(
         &self,
         req: Request<pb::ShowBudgetRequest>,
     ) -> Result<Response<pb::ShowBudgetResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let id = r.policy_id.clone();
-        let out = self
-            .read(move |s| {
-                budget_tree(s, &r.policy_id, &r.key).map(|root| {
-                    (
-                        root,
-                        s.ledger().policy(&r.policy_id).map_or(0, |p| p.version),
-                    )
-                })
-            })
-            .await?;
-        let (root, policy_version) = out.ok_or_else(|| {
-            Status::not_found(format!("no leased policy '{id}' on this allocator"))
-        })?;
-        Ok(Response::new(pb::ShowBudgetResponse {
-            root: Some(root),
-            window_ms: 0,
-            policy_version,
-        }))
+        self.serve(req, |_, r| self.show_budget_call(r)).await
     }
 
     async fn set_budget(
         &self,
         req: Request<pb::SetBudgetRequest>,
     ) -> Result<Response<pb::SetBudgetResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        self.set_budget_call(actor, r).await.map(Response::new)
+        self.serve(req, |actor, r| self.set_budget_call(actor, r))
+            .await
     }
 
     async fn split_budget(
         &self,
         req: Request<pb::SplitBudgetRequest>,
     ) -> Result<Response<pb::SplitBudgetResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        self.split_budget_call(actor, r).await.map(Response::new)
+        self.serve(req, |actor, r| self.split_budget_call(actor, r))
+            .await
     }
 
     async fn rebalance_budget(
         &self,
         req: Request<pb::RebalanceBudgetRequest>,
     ) -> Result<Response<pb::RebalanceBudgetResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        self.rebalance_budget_call(actor, r)
+        self.serve(req, |actor, r| self.rebalance_budget_call(actor, r))
             .await
-            .map(Response::new)
     }
 
     async fn list_leases(
         &self,
         req: Request<pb::ListLeasesRequest>,
     ) -> Result<Response<pb::ListLeasesResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let limit = if r.limit == 0 {
-            100
-        } else {
-            r.limit.min(1_000)
-        } as usize;
-        let leases = self
-            .read(move |s| {
-                s.ledger()
-                    .leases()
-                    .filter(|l| l.lease.lease_id > r.after_lease_id)
-                    .filter(|l| r.holder_id.is_empty() || l.lease.holder_id == r.holder_id)
-                    .filter(|l| r.policy_id.is_empty() || l.lease.policy_id == r.policy_id)
-                    .take(limit)
-                    .map(|l| pb::LeaseState {
-                        lease: Some(lease_to_pb(&l.lease)),
-                        used: l.used,
-                        expires_at_ns: l.lease.grantor_expiry_ns(),
-                        last_report_at_ns: 0,
-                    })
-                    .collect::<Vec<_>>()
+        self.serve(req, |_, r| async move {
+            let size = page_size(r.limit);
+            let leases = self
+                .read(move |s| {
+                    s.ledger()
+                        .leases()
+                        .filter(|l| l.lease.lease_id > r.after_lease_id)
+                        .filter(|l| r.holder_id.is_empty() || l.lease.holder_id == r.holder_id)
+                        .filter(|l| r.policy_id.is_empty() || l.lease.policy_id == r.policy_id)
+                        .take(size)
+                        .map(|l| pb::LeaseState {
+                            lease: Some(lease_to_pb(&l.lease)),
+                            used: l.used,
+                            expires_at_ns: l.lease.grantor_expiry_ns(),
+                            last_report_at_ns: 0,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await?;
+            let next_after_lease_id = next_after(&leases, size, |l| {
+                l.lease.as_ref().map_or(0, |l| l.lease_id)
+            });
+            Ok(pb::ListLeasesResponse {
+                leases,
+                next_after_lease_id,
             })
-            .await?;
-        let next = if leases.len() == limit {
-            leases
-                .last()
-                .and_then(|l| l.lease.as_ref())
-                .map_or(0, |l| l.lease_id)
-        } else {
-            0
-        };
-        Ok(Response::new(pb::ListLeasesResponse {
-            leases,
-            next_after_lease_id: next,
-        }))
+        })
+        .await
     }
 
     async fn revoke_lease(
         &self,
         req: Request<pb::RevokeLeaseRequest>,
     ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        match self
-            .propose(StateCommand::Revoke {
+        self.serve(req, |actor, r| {
+            let cmd = StateCommand::Revoke {
                 lease_id: r.lease_id,
                 reason: r.reason,
                 actor,
+            };
+            self.commit(cmd, |out| match out {
+                StateOutput::Revoked { outstanding } => Ok(pb::RevokeLeaseResponse { outstanding }),
+                other => Err(other),
             })
-            .await?
-        {
-            StateOutput::Revoked { outstanding } => {
-                Ok(Response::new(pb::RevokeLeaseResponse { outstanding }))
-            }
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+        })
+        .await
     }
 
     async fn cluster_status(
         &self,
         req: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        self.cluster.status().await.map(Response::new)
+        self.serve(req, |_, _| self.cluster.status()).await
     }
 
     async fn add_learner(
         &self,
         req: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        self.cluster
-            .add_learner(r.node_id, r.addr)
+        self.serve(req, |_, r| self.cluster.add_learner(r.node_id, r.addr))
             .await
-            .map(Response::new)
     }
 
     async fn promote_voter(
         &self,
         req: Request<pb::PromoteVoterRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        self.cluster
-            .promote(req.into_inner().node_id)
+        self.serve(req, |_, r| self.cluster.promote(r.node_id))
             .await
-            .map(Response::new)
     }
 
     async fn remove_node(
         &self,
         req: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        admin_caller(&self.auth, &req)?;
-        self.cluster
-            .remove(req.into_inner().node_id)
-            .await
-            .map(Response::new)
+        self.serve(req, |_, r| self.cluster.remove(r.node_id)).await
     }
 
     async fn set_emergency(
         &self,
         req: Request<pb::SetEmergencyRequest>,
     ) -> Result<Response<pb::SetEmergencyResponse>, Status> {
-        let actor = admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        let switch = r
-            .emergency
-            .ok_or_else(|| Status::invalid_argument("emergency: required"))?;
-        let emergency = emergency_from_pb(&switch)?;
-        match self
-            .propose(StateCommand::SetEmergency {
-                emergency,
+        self.serve(req, |actor, r| async move {
+            let switch = r
+                .emergency
+                .ok_or_else(|| Status::invalid_argument("emergency: required"))?;
+            let cmd = StateCommand::SetEmergency {
+                emergency: emergency_from_pb(&switch)?,
                 reason: r.reason,
                 actor,
+            };
+            self.commit(cmd, |out| match out {
+                StateOutput::Emergency {
+                    previous,
+                    watch_seq,
+                } => Ok(pb::SetEmergencyResponse {
+                    previous: Some(emergency_to_pb(&previous)),
+                    watch_seq,
+                }),
+                other => Err(other),
             })
-            .await?
-        {
-            StateOutput::Emergency {
-                previous,
-                watch_seq,
-            } => Ok(Response::new(pb::SetEmergencyResponse {
-                previous: Some(emergency_to_pb(&previous)),
-                watch_seq,
-            })),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+            .await
+        })
+        .await
     }
 
     type TailAuditStream = tokio_stream::wrappers::ReceiverStream<Result<pb::AuditEntry, Status>>;
@@ -433,14 +416,12 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
         &self,
         req: Request<pb::TailAuditRequest>,
     ) -> Result<Response<Self::TailAuditStream>, Status> {
-        admin_caller(&self.auth, &req)?;
-        let r = req.into_inner();
-        // Fails the call itself (not the stream) on a follower, so clients can follow the
-        // leader hint before any entry is sent.
-        self.read(|_| ()).await?;
-        Ok(Response::new(super::audit_stream::tail(
-            self.replica.clone(),
-            r,
-        )))
+        self.serve(req, |_, r| async move {
+            // Fails the call itself (not the stream) on a follower, so clients can follow
+            // the leader hint before any entry is sent.
+            self.read(|_| ()).await?;
+            Ok(super::audit_stream::tail(self.replica.clone(), r))
+        })
+        .await
     }
 }

@@ -1,8 +1,9 @@
-//! The admin service's budget calls: set a rate, split by weight, rebalance by demand.
+//! The admin service's budget calls: show the tree, set a rate, split by weight, rebalance
+//! by demand.
 
 use super::AdminServer;
 use crate::replica::Replica;
-use crate::service::budget::rebalance;
+use crate::service::budget::{budget_tree, rebalance};
 use crate::service::convert::admin_status;
 use crate::state::{AllocatorState, StateCommand};
 use leasehold_proto::leasehold::v1 as pb;
@@ -10,6 +11,33 @@ use std::collections::BTreeMap;
 use tonic::Status;
 
 impl<R: Replica<AllocatorState>> AdminServer<R> {
+    /// `ShowBudget`: a leased policy's tree (this grantor and its holders, of one key if
+    /// asked), with the policy version it reflects.
+    pub(super) async fn show_budget_call(
+        &self,
+        r: pb::ShowBudgetRequest,
+    ) -> Result<pb::ShowBudgetResponse, Status> {
+        let id = r.policy_id.clone();
+        let out = self
+            .read(move |s| {
+                budget_tree(s, &r.policy_id, &r.key).map(|root| {
+                    (
+                        root,
+                        s.ledger().policy(&r.policy_id).map_or(0, |p| p.version),
+                    )
+                })
+            })
+            .await?;
+        let (root, policy_version) = out.ok_or_else(|| {
+            Status::not_found(format!("no leased policy '{id}' on this allocator"))
+        })?;
+        Ok(pb::ShowBudgetResponse {
+            root: Some(root),
+            window_ms: 0,
+            policy_version,
+        })
+    }
+
     /// `SetBudget`: previews the rate change, then (unless a dry run) commits it.
     pub(super) async fn set_budget_call(
         &self,

@@ -15,18 +15,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "../process_support/mod.rs"]
+pub mod process;
+
+pub use process::free_port;
 
 pub struct Node {
     pub addr: String,
     pub stop: watch::Sender<bool>,
     pub task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Stops the node and waits until it has.
+    pub async fn shut_down(self) {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap();
+    }
 }
 
 /// Starts a one-node cluster; `upstream` names the upstream address and the hex public
@@ -96,23 +101,38 @@ pub struct Agent {
     pub task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
 }
 
-pub fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> Agent {
+impl Agent {
+    /// Stops the lease manager and waits until it has settled its leases.
+    pub async fn shut_down(self) {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap();
+    }
+}
+
+/// A lease manager for `holder` on the short timings the tests run with.
+pub fn manager_config(holder: &str) -> ManagerConfig {
+    let mut cfg = ManagerConfig::new(holder);
+    cfg.tick_ms = 5;
+    cfg.report_every_ms = 100;
+    cfg.retry_ms = 50;
+    cfg
+}
+
+/// An agent enforcing `policies` with credit leased from `allocator` over `channels`.
+pub fn spawn_agent(
+    channels: ChannelFactory,
+    allocator: &str,
+    policies: Vec<Policy>,
+    cfg: ManagerConfig,
+) -> Agent {
     let clock = SystemClock::new();
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
-            .build(RuleSource::from_policies(vec![policy.clone()]))
+            .build(RuleSource::from_policies(policies))
             .unwrap(),
     );
-    let grantor = Arc::new(RemoteGrantor::new(
-        channels(pki, Role::Agent, name),
-        vec![region.to_string()],
-        3,
-    ));
-    let mut cfg = ManagerConfig::new(name);
-    cfg.tick_ms = 5;
-    cfg.report_every_ms = 100;
-    cfg.retry_ms = 50;
+    let grantor = Arc::new(RemoteGrantor::new(channels, vec![allocator.to_string()], 3));
     let (stop, rx) = watch::channel(false);
     let queue = engine.take_acquire_queue().unwrap();
     let task = tokio::spawn(LeaseManager::new(cfg, grantor, clock.clone(), queue).run(rx));
@@ -122,6 +142,12 @@ pub fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> A
         stop,
         task,
     }
+}
+
+/// An agent `name` enforcing `policy` with credit leased from `region` over mutual TLS.
+pub fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> Agent {
+    let channels = channels(pki, Role::Agent, name);
+    spawn_agent(channels, region, vec![policy.clone()], manager_config(name))
 }
 
 /// Starts the root cluster ("global") and applies `policy` through its admin API.

@@ -17,38 +17,12 @@
 //! A `now` earlier than the latest time seen is treated as that latest time (P3), so a
 //! clock step backwards never reopens a finished window.
 
+use super::window::{self, ns_until_window, validate};
 use super::{Decision, Limiter};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
-/// Why a window configuration was refused (shared by the fixed and sliding windows).
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum WindowError {
-    #[error("window limit must be positive (limit = 0)")]
-    ZeroLimit,
-    #[error("window length must be positive (window_ns = 0)")]
-    ZeroWindow,
-}
-
-pub(super) fn validate(limit: u64, window_ns: u64) -> Result<(), WindowError> {
-    if limit == 0 {
-        return Err(WindowError::ZeroLimit);
-    }
-    if window_ns == 0 {
-        return Err(WindowError::ZeroWindow);
-    }
-    Ok(())
-}
-
-/// Nanoseconds from `now` to the start of window `index`; `u64::MAX` (never) if that start
-/// lies beyond the end of the timeline.
-pub(super) fn ns_until_window(index: u128, window_ns: u64, now: Nanos) -> u64 {
-    match u64::try_from(index * u128::from(window_ns)) {
-        Ok(start) => start.saturating_sub(now.0),
-        Err(_) => u64::MAX,
-    }
-}
+pub use super::window::WindowError;
 
 /// Fixed window counter state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,13 +77,8 @@ impl FixedWindow {
 
     /// Moves to the window holding `now` (never backwards); returns the clamped time.
     fn advance(&mut self, now: Nanos) -> Nanos {
-        let now = now.max(self.last);
-        self.last = now;
-        let index = now.0 / self.window_ns;
-        if index != self.index {
-            self.index = index;
-            self.count = 0;
-        }
+        let now = window::observe(&mut self.last, now);
+        window::roll([&mut self.count], &mut self.index, now.0 / self.window_ns);
         now
     }
 }
@@ -118,30 +87,22 @@ impl Limiter for FixedWindow {
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         let now = self.advance(now);
         let remaining = self.limit - self.count;
-        if cost <= remaining {
+        // The next window starts from zero, so a cost within the limit fits there.
+        let next = u128::from(self.index) + 1;
+        let d = window::decide(self.limit, remaining, cost, || {
+            ns_until_window(next, self.window_ns, now)
+        });
+        if d.is_admit() {
             self.count += cost;
-            return Decision::Admit {
-                remaining: remaining - cost,
-            };
         }
-        let retry_after_ns = if cost > self.limit {
-            u64::MAX
-        } else {
-            // The next window starts from zero and `cost ≤ limit`.
-            ns_until_window(u128::from(self.index) + 1, self.window_ns, now)
-        };
-        Decision::Deny {
-            remaining,
-            retry_after_ns,
-        }
+        d
     }
 
     /// Returns units charged in the current window. A charge in a finished window is not
     /// returned: that window's allowance is gone either way.
     fn refund(&mut self, cost: u64, charged_at: Nanos) {
-        if charged_at.0 / self.window_ns == self.index {
-            self.count -= cost.min(self.count);
-        }
+        let charged = charged_at.0 / self.window_ns;
+        window::refund([&mut self.count], self.index, charged, cost);
     }
 }
 

@@ -10,13 +10,15 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_window;
 pub mod token_bucket;
+mod window;
 
 pub use calendar::CalendarQuota;
 pub use calendar_period::{CalendarError, CalendarPeriod, CalendarSchedule};
-pub use fixed_window::{FixedWindow, WindowError};
+pub use fixed_window::FixedWindow;
 pub use gcra::{Gcra, GcraError};
 pub use sliding_window::SlidingWindow;
 pub use token_bucket::TokenBucket;
+pub use window::WindowError;
 
 use crate::time::Nanos;
 

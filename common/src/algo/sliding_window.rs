@@ -27,7 +27,7 @@
 //!
 //! A `now` earlier than the latest time seen is treated as that latest time (P3).
 
-use super::fixed_window::{ns_until_window, validate, WindowError};
+use super::window::{self, ns_until_window, validate, WindowError};
 use super::{Decision, Limiter};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -83,17 +83,13 @@ impl SlidingWindow {
     /// Moves to the window holding `now` (never backwards); returns the nanoseconds
     /// elapsed in that window.
     fn advance(&mut self, now: Nanos) -> u64 {
-        let now = now.max(self.last);
-        self.last = now;
+        let now = window::observe(&mut self.last, now);
         let index = now.0 / self.window_ns;
-        if index == self.index.saturating_add(1) {
-            self.previous = self.current;
-            self.current = 0;
-        } else if index != self.index {
-            self.previous = 0;
-            self.current = 0;
-        }
-        self.index = index;
+        window::roll(
+            [&mut self.current, &mut self.previous],
+            &mut self.index,
+            index,
+        );
         now.0 % self.window_ns
     }
 
@@ -148,32 +144,21 @@ impl Limiter for SlidingWindow {
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         let elapsed_ns = self.advance(now);
         let remaining = self.limit.saturating_sub(self.used_at(elapsed_ns));
-        if cost <= remaining {
-            self.current += cost;
-            return Decision::Admit {
-                remaining: remaining - cost,
-            };
-        }
-        let retry_after_ns = if cost > self.limit {
-            u64::MAX
-        } else {
+        let d = window::decide(self.limit, remaining, cost, || {
             self.wait_ns(elapsed_ns, cost)
-        };
-        Decision::Deny {
-            remaining,
-            retry_after_ns,
+        });
+        if d.is_admit() {
+            self.current += cost;
         }
+        d
     }
 
     /// Returns units charged in the current or the previous window (both still weigh in
     /// the estimate); charges older than that no longer count and are ignored.
     fn refund(&mut self, cost: u64, charged_at: Nanos) {
-        let index = charged_at.0 / self.window_ns;
-        if index == self.index {
-            self.current -= cost.min(self.current);
-        } else if index.saturating_add(1) == self.index {
-            self.previous -= cost.min(self.previous);
-        }
+        let charged = charged_at.0 / self.window_ns;
+        let counts = [&mut self.current, &mut self.previous];
+        window::refund(counts, self.index, charged, cost);
     }
 }
 

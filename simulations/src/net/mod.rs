@@ -26,7 +26,7 @@ pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
-pub use run::{run, NetReport};
+pub use run::{plan, run, NetReport};
 
 use leasehold_common::rate::Rate;
 

@@ -212,7 +212,7 @@ fn add_allocators(sim: &mut turmoil::Sim<'_>, cfg: &NetConfig) -> Result<Allocat
     }
     let dir = tempfile::Builder::new()
         .prefix("leasehold-net-sim")
-        .tempdir()
+        .tempdir_in(disk_root())
         .map_err(|e| format!("creating the allocators' data directory: {e}"))?;
     // One signing key for the cluster, as every node of a real cluster shares one.
     let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
@@ -234,8 +234,21 @@ fn add_allocators(sim: &mut turmoil::Sim<'_>, cfg: &NetConfig) -> Result<Allocat
     })
 }
 
-/// The seed's fault schedule, plus the configured leader crash.
-fn plan(seed: u64, cfg: &NetConfig) -> Vec<Scheduled> {
+/// Where the allocator hosts keep their disks: memory-backed when the machine has it. A
+/// simulated crash drops the host's processes, not the machine's page cache, so fsync buys
+/// nothing here and costs real time on every Raft write.
+fn disk_root() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// The faults a run of `cfg` under `seed` applies, in time order: those drawn from the
+/// seed, plus the configured leader crash and its restart. Pure: no simulation runs.
+pub fn plan(seed: u64, cfg: &NetConfig) -> Vec<Scheduled> {
     let mut plan = schedule(seed ^ SCHEDULE_SALT, &fault_spec(cfg));
     if let Some(at_ms) = cfg.leader_crash_at_ms {
         plan.push(Scheduled {

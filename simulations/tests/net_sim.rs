@@ -179,3 +179,27 @@ fn a_cluster_keeps_the_bound_through_drawn_leader_crashes_isolation_and_clock_st
     );
     assert_bound_kept(seed, &r);
 }
+
+/// Agents lease from a delegated region, which leases from the global cluster through the
+/// production upstream driver; the global leader crashes under it.
+#[test]
+fn a_region_under_a_cluster_keeps_the_bound_through_a_global_leader_crash() {
+    let cfg = NetConfig {
+        region: true,
+        faults: 0,
+        ..NetConfig::quick_cluster()
+    };
+    let seed = 31;
+    let r = run(seed, &cfg).unwrap();
+    assert_eq!(r.leader_crashes(), vec![(4_000, 1)], "{:?}", r.applied);
+    assert!(
+        r.leaders.iter().any(|l| l.at_ms > 4_000 && l.node != 1),
+        "no new global leader: {:?}",
+        r.leaders
+    );
+    assert_bound_kept(seed, &r);
+    assert!(
+        r.admitted_since(7_000) > 100,
+        "admissions did not go on after the crash"
+    );
+}

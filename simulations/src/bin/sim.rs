@@ -102,6 +102,10 @@ struct NetArgs {
     /// Draw clock steps of up to this many ms (back or forward) at agent hosts; 0: none.
     #[arg(long, default_value_t = 0)]
     clock_step_ms_max: u64,
+    /// Put a delegated region (a one-node Raft cluster leasing from the global allocators)
+    /// between the global allocators and the agents.
+    #[arg(long)]
+    region: bool,
 }
 
 impl NetArgs {
@@ -116,6 +120,9 @@ impl NetArgs {
         }
         if self.clock_step_ms_max > 0 {
             out.push_str(&format!(" --clock-step-ms-max {}", self.clock_step_ms_max));
+        }
+        if self.region {
+            out.push_str(" --region");
         }
         if self.check_replay {
             out.push_str(" --check-replay");
@@ -212,6 +219,7 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         cluster: args.cluster,
         leader_crash_at_ms: args.crash_leader_at_ms,
         clock_step_ms_max: args.clock_step_ms_max,
+        region: args.region,
         ..NetConfig::quick()
     };
     for seed in args.from..args.from.saturating_add(args.seeds) {

@@ -5,6 +5,7 @@ use super::clock::ClockOffsets;
 use super::cluster::{allocator_host, leader_of, NodeSlots};
 use super::faults::Action;
 use super::hosts::agent_host;
+use super::region::REGION_HOST;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub struct LeaderTerm {
 pub(super) struct World {
     agents: usize,
     allocators: usize,
+    /// The hosts agents lease from: cut off together by an agent partition.
+    agent_peers: Vec<String>,
     /// Fault count per (host, host) link, keyed with the smaller name first.
     cuts: BTreeMap<(String, String), u32>,
     crashes: Vec<u32>,
@@ -42,16 +45,18 @@ pub(super) struct World {
 }
 
 impl World {
-    /// `nodes` is set when the allocator is a Raft cluster.
+    /// `nodes` is set when the global allocator is a Raft cluster.
     pub fn new(
         agents: usize,
         allocators: usize,
+        agent_peers: Vec<String>,
         clocks: ClockOffsets,
         nodes: Option<NodeSlots>,
     ) -> Self {
         World {
             agents,
             allocators,
+            agent_peers,
             cuts: BTreeMap::new(),
             crashes: vec![0; agents],
             allocator_down: vec![false; allocators],
@@ -96,8 +101,15 @@ impl World {
         let node = match action {
             Action::Partition { agent } | Action::Repair { agent } if agent < self.agents => {
                 let cut = matches!(action, Action::Partition { .. });
+                for peer in self.agent_peers.clone() {
+                    self.link(sim, agent_host(agent), peer, cut);
+                }
+                None
+            }
+            Action::PartitionRegion | Action::RepairRegion => {
+                let cut = action == Action::PartitionRegion;
                 for i in 0..self.allocators {
-                    self.link(sim, agent_host(agent), allocator_host(i), cut);
+                    self.link(sim, REGION_HOST.to_string(), allocator_host(i), cut);
                 }
                 None
             }

@@ -48,13 +48,16 @@ pub fn node_id(index: usize) -> u64 {
     index as u64 + 1
 }
 
-/// What every allocator host shares: where its disk is, the cluster's signing key, and
-/// the slots its running node is published in for the run to inspect between steps.
+/// What every allocator host shares: where its disk is, its cluster's signing key, and the
+/// slots its running node is published in for the run to inspect between steps.
 #[derive(Clone)]
 pub struct ClusterShared {
     pub data_root: PathBuf,
     pub signer: Arc<LeaseSigner>,
     pub nodes: NodeSlots,
+    /// The delegated region's key and node, when the run has one.
+    pub region_signer: Arc<LeaseSigner>,
+    pub region: NodeSlots,
 }
 
 /// The latest node each allocator host started. A crashed host's slot keeps its last node,
@@ -63,7 +66,7 @@ pub struct ClusterShared {
 pub struct NodeSlots(Arc<Mutex<BTreeMap<usize, RaftNode<AllocatorState>>>>);
 
 impl NodeSlots {
-    fn set(&self, index: usize, node: RaftNode<AllocatorState>) {
+    pub(super) fn set(&self, index: usize, node: RaftNode<AllocatorState>) {
         self.lock().insert(index, node);
     }
 
@@ -114,12 +117,23 @@ impl TimeSource for SimTimeSource {
     }
 }
 
-/// The node settings of host `index`: production defaults, a small page cache, and no
-/// background flush (every acknowledged write is flushed explicitly anyway).
-fn node_config(index: usize, cfg: &NetConfig, shared: &ClusterShared) -> NodeConfig {
-    let dir = shared.data_root.join(allocator_host(index));
-    let mut n = NodeConfig::new(node_id(index), allocator_addr(index), dir);
-    n.cluster_name = "global".into();
+/// One simulated allocator node: where it is, which cluster and ledger it belongs to.
+pub(super) struct NodeSpec {
+    /// Host name; also the name of its directory under the run's data root.
+    pub host: String,
+    pub node_id: u64,
+    /// `host:port` of its endpoint, as peers and clients reach it.
+    pub addr: String,
+    pub cluster_name: String,
+    pub ledger: LedgerConfig,
+}
+
+/// The settings of a node: production defaults, a small page cache, and no background
+/// flush (every acknowledged write is flushed explicitly anyway).
+fn node_config(spec: &NodeSpec, cfg: &NetConfig, shared: &ClusterShared) -> NodeConfig {
+    let dir = shared.data_root.join(&spec.host);
+    let mut n = NodeConfig::new(spec.node_id, spec.addr.clone(), dir);
+    n.cluster_name = spec.cluster_name.clone();
     n.sled.cache_capacity_bytes = 4 * 1024 * 1024;
     n.sled.flush_every_ms = None;
     n.heartbeat_interval_ms = cfg.raft_heartbeat_ms;
@@ -128,15 +142,19 @@ fn node_config(index: usize, cfg: &NetConfig, shared: &ClusterShared) -> NodeCon
     n
 }
 
-/// The program of allocator host `index`: starts (or restarts) its Raft node with the
-/// lease service in front, bootstraps the cluster and its policy on the first start of the
-/// first host, and proposes expiry ticks until the host crashes or the run ends.
-pub async fn raft_allocator(index: usize, cfg: NetConfig, shared: ClusterShared) -> HostResult {
+/// Starts (or restarts, from its storage) the node of `spec` with the lease service, signing
+/// with `signer`, on the same endpoint, as `allocator::server` wires them.
+pub(super) async fn start_node(
+    spec: &NodeSpec,
+    cfg: &NetConfig,
+    shared: &ClusterShared,
+    signer: Arc<LeaseSigner>,
+) -> Result<RaftNode<AllocatorState>, Box<dyn std::error::Error>> {
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
     let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
     let lease = LeaseServer::new(
         late.clone(),
-        Arc::clone(&shared.signer),
+        signer,
         AuthMode::Insecure { assumed },
         WatchSettings {
             poll_ms: 50,
@@ -158,33 +176,52 @@ pub async fn raft_allocator(index: usize, cfg: NetConfig, shared: ClusterShared)
         })),
         raft_auth: None,
     };
-    let initial = AllocatorState::new(LedgerConfig::root("global"));
     let node = RaftNode::start_with_incoming(
-        node_config(index, &cfg, &shared),
+        node_config(spec, cfg, shared),
         hooks,
-        initial,
+        AllocatorState::new(spec.ledger.clone()),
         incoming(ALLOCATOR_PORT).await?,
         std::future::pending(),
     )
     .await?;
     late.set(node.clone());
+    Ok(node)
+}
+
+/// The program of allocator host `index` of the global cluster: starts (or restarts) its
+/// node, bootstraps the cluster and its policy on the first start of the first host, and
+/// proposes expiry ticks until the host crashes or the run ends.
+pub async fn raft_allocator(index: usize, cfg: NetConfig, shared: ClusterShared) -> HostResult {
+    let spec = NodeSpec {
+        host: allocator_host(index),
+        node_id: node_id(index),
+        addr: allocator_addr(index),
+        cluster_name: "global".into(),
+        ledger: LedgerConfig::root("global"),
+    };
+    let node = start_node(&spec, &cfg, &shared, Arc::clone(&shared.signer)).await?;
     shared.nodes.set(index, node.clone());
     if index == 0 {
-        bootstrap(&node, &cfg).await?;
+        let members = (0..cfg.cluster)
+            .map(|i| (node_id(i), allocator_addr(i)))
+            .collect();
+        bootstrap(&node, members, Some(&cfg)).await?;
     }
     run_ticker(node, 100, std::future::pending()).await;
     Ok(())
 }
 
-/// Initialises the cluster with every host as a voter and installs the run's policy. A
-/// node that was initialised before (a restart) refuses, and then there is nothing to do.
-async fn bootstrap(node: &RaftNode<AllocatorState>, cfg: &NetConfig) -> HostResult {
-    let members = (0..cfg.cluster)
-        .map(|i| (node_id(i), allocator_addr(i)))
-        .collect();
+/// Initialises a cluster of `members` and installs the run's policy when `policy` is given.
+/// A node that was initialised before (a restart) refuses, and then there is nothing to do.
+pub(super) async fn bootstrap(
+    node: &RaftNode<AllocatorState>,
+    members: BTreeMap<u64, String>,
+    policy: Option<&NetConfig>,
+) -> HostResult {
     if node.initialize(members).await.is_err() {
         return Ok(());
     }
+    let Some(cfg) = policy else { return Ok(()) };
     let mut last = String::new();
     for _ in 0..POLICY_ATTEMPTS_MAX {
         let applied = node

@@ -28,6 +28,10 @@ pub enum Action {
     IsolateAllocator { node: usize },
     /// Reconnects it.
     RejoinAllocator { node: usize },
+    /// Cuts the delegated region off from every global allocator host.
+    PartitionRegion,
+    /// Reconnects it.
+    RepairRegion,
     /// Sets how far an agent host's clocks are off the simulation's, in milliseconds
     /// (negative: behind). Each step fault sets an offset and later sets it back to zero.
     ClockOffset { agent: usize, offset_ms: i64 },
@@ -73,6 +77,9 @@ pub struct FaultSpec {
     pub latency_ms_base: u64,
     /// Largest clock step at an agent host, in milliseconds; zero draws no clock steps.
     pub clock_step_ms_max: u64,
+    /// Whether a delegated region runs, so that cuts between it and the global allocators
+    /// are drawn.
+    pub region: bool,
 }
 
 /// The kinds of fault a spec enables, in drawing order. The first three are always there,
@@ -84,6 +91,9 @@ fn kinds(spec: &FaultSpec) -> Vec<u8> {
     }
     if spec.clock_step_ms_max > 0 {
         out.push(5);
+    }
+    if spec.region {
+        out.push(6);
     }
     out
 }
@@ -119,6 +129,7 @@ pub fn schedule(seed: u64, spec: &FaultSpec) -> Vec<Scheduled> {
                     Action::RejoinAllocator { node },
                 )
             }
+            6 => (Action::PartitionRegion, Action::RepairRegion),
             _ => {
                 let step_ms = rng.random_range(1..=spec.clock_step_ms_max) as i64;
                 let offset_ms = if rng.random_bool(0.5) {
@@ -163,6 +174,7 @@ mod tests {
             latency_ms_base: 5,
             allocators: 1,
             clock_step_ms_max: 0,
+            region: false,
         }
     }
 
@@ -198,11 +210,13 @@ mod tests {
             faults: 40,
             allocators: 3,
             clock_step_ms_max: 4_000,
+            region: true,
             ..plain
         };
         let drawn = schedule(3, &all);
         let has = |f: fn(&Action) -> bool| drawn.iter().any(|s| f(&s.action));
         assert!(has(|a| matches!(a, Action::CrashLeader)));
+        assert!(has(|a| matches!(a, Action::PartitionRegion)));
         assert!(has(
             |a| matches!(a, Action::IsolateAllocator { node } if *node < 3)
         ));
@@ -225,7 +239,10 @@ mod tests {
                 },
             );
             assert!(only_agents.iter().all(|s| !s.action.is_allocator_fault()
-                && !matches!(s.action, Action::ClockOffset { .. })));
+                && !matches!(
+                    s.action,
+                    Action::ClockOffset { .. } | Action::PartitionRegion
+                )));
         }
     }
 }

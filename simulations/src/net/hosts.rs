@@ -45,6 +45,7 @@ pub fn agent_host(i: usize) -> String {
 pub async fn allocator(
     cfg: NetConfig,
     replica_out: Arc<Mutex<Option<LocalReplica<AllocatorState>>>>,
+    signer: Arc<LeaseSigner>,
 ) -> HostResult {
     let replica = LocalReplica::new(
         AllocatorState::new(LedgerConfig::root("global")),
@@ -62,9 +63,6 @@ pub async fn allocator(
         return Err(format!("policy refused: {e}").into());
     }
     *replica_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(replica.clone());
-    // A fresh key per run: signatures differ between runs, but nothing in the run reads
-    // them (agents do not check them yet) and their length is fixed.
-    let signer = Arc::new(LeaseSigner::generate(&ring::rand::SystemRandom::new())?);
     let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
     let service = LeaseServer::new(
         replica.clone(),
@@ -117,7 +115,7 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
     };
     let channels =
         ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
-    let addrs = cfg.allocator_addrs();
+    let addrs = cfg.agent_addrs();
     let retries_max = addrs.len() + 1;
     let grantor = Arc::new(RemoteGrantor::new(channels, addrs, retries_max));
     let mut mcfg = ManagerConfig::new(agent_host(index));

@@ -21,6 +21,7 @@ pub mod clock;
 pub mod cluster;
 pub mod faults;
 pub mod hosts;
+pub mod region;
 mod run;
 pub mod transport;
 
@@ -87,6 +88,10 @@ pub struct NetConfig {
     pub leader_crash_at_ms: Option<u64>,
     /// Largest clock step drawn at an agent host, in milliseconds; zero draws none.
     pub clock_step_ms_max: u64,
+    /// Puts a delegated region (a single-node Raft cluster leasing from the global
+    /// allocators) between the global allocators and the agents; cuts between the region and
+    /// the global allocators are drawn too.
+    pub region: bool,
 }
 
 impl NetConfig {
@@ -109,6 +114,7 @@ impl NetConfig {
             raft_heartbeat_ms: 100,
             leader_crash_at_ms: None,
             clock_step_ms_max: 0,
+            region: false,
         }
     }
 
@@ -121,9 +127,18 @@ impl NetConfig {
         }
     }
 
-    /// Where agents reach the allocator hosts (`host:port`), in host order.
-    pub fn allocator_addrs(&self) -> Vec<String> {
+    /// Where the global allocator hosts are reached (`host:port`), in host order.
+    pub fn global_addrs(&self) -> Vec<String> {
         (0..self.cluster).map(cluster::allocator_addr).collect()
+    }
+
+    /// Where agents lease from: the region if there is one, else the global allocators.
+    pub fn agent_addrs(&self) -> Vec<String> {
+        if self.region {
+            vec![region::region_addr()]
+        } else {
+            self.global_addrs()
+        }
     }
 
     /// The policy the allocator serves and the agents enforce.

@@ -7,6 +7,7 @@ use super::clock::ClockOffsets;
 use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
+use super::region::{self, REGION_HOST};
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
 use leasehold_allocator::replica::{LocalReplica, Replica};
@@ -101,13 +102,13 @@ impl NetReport {
 }
 
 /// The allocator side of a run, for the check at its end.
-enum Allocator {
-    Single(Arc<Mutex<Option<LocalReplica<AllocatorState>>>>),
-    /// The nodes, and the directory that holds every host's disk (removed when dropped).
-    Cluster {
-        nodes: NodeSlots,
-        _disks: tempfile::TempDir,
-    },
+struct Allocators {
+    /// The single-node global allocator's replica, when the global allocator is one host.
+    single: Option<Arc<Mutex<Option<LocalReplica<AllocatorState>>>>>,
+    /// The Raft nodes (global and region) and the signing keys.
+    shared: ClusterShared,
+    /// The directory that holds every host's disk, removed when dropped.
+    _disks: tempfile::TempDir,
 }
 
 /// Runs `cfg` under `seed` to the end of its duration.
@@ -126,7 +127,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(cfg.latency_ms_base))
         .build();
-    let allocator = add_allocators(&mut sim, cfg).map_err(|e| failed(0, e))?;
+    let allocators = add_allocators(&mut sim, cfg).map_err(|e| failed(0, e))?;
     let agents = AgentShared {
         log: Arc::new(Mutex::new(TrafficLog::default())),
         clocks: ClockOffsets::new(cfg.agents),
@@ -139,11 +140,18 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         });
     }
     let plan = plan(seed, cfg);
-    let nodes = match &allocator {
-        Allocator::Cluster { nodes, .. } => Some(nodes.clone()),
-        Allocator::Single(_) => None,
+    let nodes = (cfg.cluster > 1).then(|| allocators.shared.nodes.clone());
+    let agent_peers = match cfg.region {
+        true => vec![REGION_HOST.to_string()],
+        false => (0..cfg.cluster).map(allocator_host).collect(),
     };
-    let mut world = World::new(cfg.agents, cfg.cluster, agents.clocks.clone(), nodes);
+    let mut world = World::new(
+        cfg.agents,
+        cfg.cluster,
+        agent_peers,
+        agents.clocks.clone(),
+        nodes,
+    );
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
@@ -157,27 +165,11 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
     }
-    let ledger_conserved = match &allocator {
-        Allocator::Single(replica) => {
-            let replica = replica.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let replica = replica
-                .ok_or_else(|| failed(cfg.duration_ms, "the allocator never started".into()))?;
-            conserved(&replica).map_err(|e| failed(cfg.duration_ms, e))?
-        }
-        Allocator::Cluster { nodes, .. } => {
-            let up: Vec<_> = (0..cfg.cluster)
-                .filter(|i| world.allocator_up(*i))
-                .filter_map(|i| nodes.get(i))
-                .collect();
-            if up.is_empty() {
-                return Err(failed(cfg.duration_ms, "no allocator node started".into()));
-            }
-            cluster::all_conserved(&up)
-        }
-    };
+    let ledger_conserved =
+        all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
     // The nodes' storage goes only after the simulation, which owns their runtimes.
     drop(sim);
-    drop(allocator);
+    drop(allocators);
     let traffic = std::mem::take(&mut *agents.log.lock().unwrap_or_else(|e| e.into_inner()));
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
@@ -199,37 +191,78 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     })
 }
 
-/// Adds the allocator hosts: one single-node host, or a Raft cluster whose hosts keep
-/// their disks in a temporary directory for the length of the run.
-fn add_allocators(sim: &mut turmoil::Sim<'_>, cfg: &NetConfig) -> Result<Allocator, String> {
-    if cfg.cluster == 1 {
-        let replica: Arc<Mutex<Option<LocalReplica<AllocatorState>>>> = Arc::default();
-        let (c, r) = (cfg.clone(), Arc::clone(&replica));
-        sim.host(allocator_host(0), move || {
-            hosts::allocator(c.clone(), Arc::clone(&r))
-        });
-        return Ok(Allocator::Single(replica));
+/// Whether every ledger accounts for every unit at the end: the single-node allocator's,
+/// or that of every running node of the global cluster, and the region's.
+fn all_conserved(cfg: &NetConfig, allocators: &Allocators, world: &World) -> Result<bool, String> {
+    let mut ok = true;
+    if let Some(single) = &allocators.single {
+        let replica = single.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ok &= conserved(&replica.ok_or("the allocator never started")?)?;
+    } else {
+        let up: Vec<_> = (0..cfg.cluster)
+            .filter(|i| world.allocator_up(*i))
+            .filter_map(|i| allocators.shared.nodes.get(i))
+            .collect();
+        if up.is_empty() {
+            return Err("no allocator node started".into());
+        }
+        ok &= cluster::all_conserved(&up);
     }
+    if cfg.region {
+        let region = allocators.shared.region.get(0);
+        ok &= cluster::all_conserved(&[region.ok_or("the region never started")?]);
+    }
+    Ok(ok)
+}
+
+/// Adds the allocator hosts: one single-node global host or a global Raft cluster, and the
+/// region if configured. Raft hosts keep their disks in a temporary directory for the
+/// length of the run.
+fn add_allocators(sim: &mut turmoil::Sim<'_>, cfg: &NetConfig) -> Result<Allocators, String> {
     let dir = tempfile::Builder::new()
         .prefix("leasehold-net-sim")
         .tempdir_in(disk_root())
         .map_err(|e| format!("creating the allocators' data directory: {e}"))?;
-    // One signing key for the cluster, as every node of a real cluster shares one.
-    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
-        .map_err(|e| format!("generating the lease signing key: {e}"))?;
+    // One signing key per cluster, as every node of a real cluster shares one.
+    let key = || {
+        LeaseSigner::generate(&ring::rand::SystemRandom::new())
+            .map(Arc::new)
+            .map_err(|e| format!("generating a lease signing key: {e}"))
+    };
     let shared = ClusterShared {
         data_root: dir.path().to_path_buf(),
-        signer: Arc::new(signer),
+        signer: key()?,
         nodes: NodeSlots::default(),
+        region_signer: key()?,
+        region: NodeSlots::default(),
     };
-    for i in 0..cfg.cluster {
-        let (c, s) = (cfg.clone(), shared.clone());
-        sim.host(allocator_host(i), move || {
-            cluster::raft_allocator(i, c.clone(), s.clone())
+    let mut single = None;
+    if cfg.cluster == 1 {
+        let replica: Arc<Mutex<Option<LocalReplica<AllocatorState>>>> = Arc::default();
+        let (c, r, k) = (
+            cfg.clone(),
+            Arc::clone(&replica),
+            Arc::clone(&shared.signer),
+        );
+        sim.host(allocator_host(0), move || {
+            hosts::allocator(c.clone(), Arc::clone(&r), Arc::clone(&k))
         });
+        single = Some(replica);
+    } else {
+        for i in 0..cfg.cluster {
+            let (c, s) = (cfg.clone(), shared.clone());
+            sim.host(allocator_host(i), move || {
+                cluster::raft_allocator(i, c.clone(), s.clone())
+            });
+        }
     }
-    Ok(Allocator::Cluster {
-        nodes: shared.nodes,
+    if cfg.region {
+        let (c, s) = (cfg.clone(), shared.clone());
+        sim.host(REGION_HOST, move || region::region(c.clone(), s.clone()));
+    }
+    Ok(Allocators {
+        single,
+        shared,
         _disks: dir,
     })
 }
@@ -275,6 +308,7 @@ fn fault_spec(cfg: &NetConfig) -> FaultSpec {
         latency_ms_max: cfg.latency_ms_max,
         latency_ms_base: cfg.latency_ms_base,
         clock_step_ms_max: cfg.clock_step_ms_max,
+        region: cfg.region,
     }
 }
 

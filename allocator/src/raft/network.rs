@@ -272,3 +272,37 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         self.call(RPCTypes::Vote, &rpc, option.hard_ttl()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_connector_makes_each_peer_channel_once_per_address() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&made);
+        let connector: PeerConnector = Arc::new(move |endpoint: &Endpoint| {
+            assert_eq!(endpoint.uri().scheme_str(), Some("http"));
+            seen.fetch_add(1, Ordering::SeqCst);
+            endpoint.connect_lazy()
+        });
+        let transport = TransportConfig {
+            connector: Some(connector),
+            ..TransportConfig::default()
+        };
+        let mut factory = NetworkFactory::new(1, transport);
+        let peer = |addr: &str| NodeAddr {
+            addr: addr.to_string(),
+        };
+        factory.new_client(2, &peer("sim-host-2:7000")).await;
+        factory.new_client(2, &peer("sim-host-2:7000")).await;
+        assert_eq!(made.load(Ordering::SeqCst), 1, "the channel is cached");
+        factory.new_client(2, &peer("sim-host-2b:7000")).await;
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            2,
+            "a moved peer gets a new one"
+        );
+    }
+}

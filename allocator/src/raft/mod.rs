@@ -62,7 +62,7 @@ pub mod types;
 
 pub use config::{NodeConfig, NodeError};
 pub use machine::{BatchRefused, BatchResult, MachineApplier, SharedMachine};
-pub use network::{EndpointHook, NetworkFactory, TransportConfig};
+pub use network::{EndpointHook, NetworkFactory, PeerConnector, TransportConfig};
 pub use node::{NodeHooks, NodeMetrics, RaftNode, RaftReplica};
 pub use peers::PeerProgress;
 pub use time::{SystemTimeSource, TimeSource};

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use leasehold_proto::leasehold::v1::raft_service_client::RaftServiceClient;
 use leasehold_proto::leasehold::v1::RaftBytes;
+use leasehold_proto::transport::ConnectFn;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -30,6 +31,11 @@ use super::types::{NodeAddr, TypeConfig};
 pub type EndpointHook =
     Arc<dyn Fn(Endpoint) -> Result<Endpoint, tonic::transport::Error> + Send + Sync>;
 
+/// Makes the lazily connected channel to a peer from its fully configured endpoint, over a
+/// transport other than the host's TCP stack (an in-process pipe, a simulated network),
+/// typically with `Endpoint::connect_with_connector_lazy`.
+pub type PeerConnector = Arc<ConnectFn>;
+
 /// How nodes reach each other. Plaintext unless TLS is configured; production clusters set both
 /// TLS configs to mutual TLS so only peers holding a cluster certificate can replicate.
 #[derive(Clone)]
@@ -40,6 +46,8 @@ pub struct TransportConfig {
     pub server_tls: Option<ServerTlsConfig>,
     /// Applied to each peer endpoint after the settings above.
     pub endpoint_hook: Option<EndpointHook>,
+    /// Connects peer channels instead of `Endpoint::connect_lazy` over TCP.
+    pub connector: Option<PeerConnector>,
     /// Time allowed to establish a connection, in milliseconds.
     pub connect_timeout_ms: u64,
     /// Largest encoded Raft message sent or accepted, in bytes.
@@ -52,6 +60,7 @@ impl Default for TransportConfig {
             client_tls: None,
             server_tls: None,
             endpoint_hook: None,
+            connector: None,
             connect_timeout_ms: 1_000,
             message_len_max_bytes: 64 * 1024 * 1024,
         }
@@ -64,6 +73,7 @@ impl std::fmt::Debug for TransportConfig {
             .field("client_tls", &self.client_tls.is_some())
             .field("server_tls", &self.server_tls.is_some())
             .field("endpoint_hook", &self.endpoint_hook.is_some())
+            .field("connector", &self.connector.is_some())
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("message_len_max_bytes", &self.message_len_max_bytes)
             .finish()
@@ -110,14 +120,18 @@ impl NetworkFactory {
     }
 
     fn channel(&self, target: u64, addr: &str) -> Result<Channel, tonic::transport::Error> {
-        // Only map lookups happen under the lock; `connect_lazy` does no I/O.
+        // Only map lookups happen under the lock; lazy connecting does no I/O.
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((known, channel)) = channels.get(&target) {
             if known == addr {
                 return Ok(channel.clone());
             }
         }
-        let channel = self.transport.endpoint(addr)?.connect_lazy();
+        let endpoint = self.transport.endpoint(addr)?;
+        let channel = match &self.transport.connector {
+            Some(connect) => connect(&endpoint),
+            None => endpoint.connect_lazy(),
+        };
         channels.insert(target, (addr.to_string(), channel.clone()));
         Ok(channel)
     }
@@ -256,5 +270,39 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
         self.call(RPCTypes::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_connector_makes_each_peer_channel_once_per_address() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&made);
+        let connector: PeerConnector = Arc::new(move |endpoint: &Endpoint| {
+            assert_eq!(endpoint.uri().scheme_str(), Some("http"));
+            seen.fetch_add(1, Ordering::SeqCst);
+            endpoint.connect_lazy()
+        });
+        let transport = TransportConfig {
+            connector: Some(connector),
+            ..TransportConfig::default()
+        };
+        let mut factory = NetworkFactory::new(1, transport);
+        let peer = |addr: &str| NodeAddr {
+            addr: addr.to_string(),
+        };
+        factory.new_client(2, &peer("sim-host-2:7000")).await;
+        factory.new_client(2, &peer("sim-host-2:7000")).await;
+        assert_eq!(made.load(Ordering::SeqCst), 1, "the channel is cached");
+        factory.new_client(2, &peer("sim-host-2b:7000")).await;
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            2,
+            "a moved peer gets a new one"
+        );
     }
 }

@@ -9,12 +9,14 @@ use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
 use leasehold_proto::transport::{AuthMode, Role};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, Raft, ServerState};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::Stream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::Router;
+use tonic::transport::server::{Connected, Router};
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
 use super::config::{NodeConfig, NodeError};
@@ -131,6 +133,24 @@ impl<M: Machine> RaftNode<M> {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, NodeError> {
+        let incoming = TcpListenerStream::new(listener);
+        Self::start_with_incoming(config, hooks, initial, incoming, shutdown).await
+    }
+
+    /// [`RaftNode::start_with`] serving the connections `incoming` yields instead of a TCP
+    /// listener's: an in-process pipe, a simulated network, a listener set up elsewhere.
+    pub async fn start_with_incoming<S, IO, IE>(
+        config: NodeConfig,
+        hooks: NodeHooks,
+        initial: M,
+        incoming: S,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Self, NodeError>
+    where
+        S: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let raft_config = Arc::new(config.raft_config()?);
         // A chunk travels with its metadata in one message; it must fit with room to spare.
         let chunk_bytes =
@@ -185,7 +205,7 @@ impl<M: Machine> RaftNode<M> {
             &hooks.transport,
             (hooks.services, hooks.raft_auth),
             raft.clone(),
-            listener,
+            incoming,
             stop.subscribe(),
         )?);
         let peers = Arc::new(PeerTracker::default());
@@ -401,15 +421,20 @@ fn proposer_settings(config: &NodeConfig) -> ProposerSettings {
     }
 }
 
-/// Serves the Raft endpoint on `listener` until `stop` turns true.
-fn serve(
+/// Serves the Raft endpoint on the connections of `incoming` until `stop` turns true.
+fn serve<S, IO, IE>(
     config: &NodeConfig,
     transport: &TransportConfig,
     (services, raft_auth): (Option<ServiceHook>, Option<AuthMode>),
     raft: Raft<TypeConfig>,
-    listener: TcpListener,
+    incoming: S,
     mut stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, NodeError> {
+) -> Result<JoinHandle<()>, NodeError>
+where
+    S: Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let max = transport.message_len_max_bytes;
     // Only peers with allocator certificates may replicate, vote or install snapshots.
     let gate = move |req: tonic::Request<()>| match &raft_auth {
@@ -437,7 +462,6 @@ fn serve(
         router = add(router);
     }
     Ok(tokio::spawn(async move {
-        let incoming = TcpListenerStream::new(listener);
         let signal = async move {
             let _ = stop.wait_for(|s| *s).await;
         };

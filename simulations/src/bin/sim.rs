@@ -65,9 +65,10 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// Runs the production allocator service and agents on a simulated network (turmoil)
-    /// with seeded partitions, latency changes and agent crashes; fails on the first seed
-    /// that admits more than B + r·T in some window.
+    /// Runs the production allocator service (one node, or a Raft cluster) and agents on a
+    /// simulated network (turmoil) with seeded partitions, latency changes, agent crashes,
+    /// clock steps and leader crashes; fails on the first seed that admits more than
+    /// B + r·T in some window.
     Net(NetArgs),
 }
 
@@ -91,6 +92,43 @@ struct NetArgs {
     /// Runs every seed twice and fails if the two admission logs differ.
     #[arg(long)]
     check_replay: bool,
+    /// Allocator hosts: 1 is a single-node replica, 3 (or 2–5) a Raft cluster whose leader
+    /// crashes and isolated nodes are drawn with the other faults.
+    #[arg(long, default_value_t = 1)]
+    cluster: usize,
+    /// Crash whichever allocator leads at this instant (ms), on every seed.
+    #[arg(long)]
+    crash_leader_at_ms: Option<u64>,
+    /// Draw clock steps of up to this many ms (back or forward) at agent hosts; 0: none.
+    #[arg(long, default_value_t = 0)]
+    clock_step_ms_max: u64,
+    /// Put a delegated region (a one-node Raft cluster leasing from the global allocators)
+    /// between the global allocators and the agents.
+    #[arg(long)]
+    region: bool,
+}
+
+impl NetArgs {
+    /// The flags that reproduce this configuration, for the replay line.
+    fn replay_flags(&self) -> String {
+        let mut out = format!(
+            "--agents {} --duration-ms {} --faults {} --cluster {}",
+            self.agents, self.duration_ms, self.faults, self.cluster
+        );
+        if let Some(at_ms) = self.crash_leader_at_ms {
+            out.push_str(&format!(" --crash-leader-at-ms {at_ms}"));
+        }
+        if self.clock_step_ms_max > 0 {
+            out.push_str(&format!(" --clock-step-ms-max {}", self.clock_step_ms_max));
+        }
+        if self.region {
+            out.push_str(" --region");
+        }
+        if self.check_replay {
+            out.push_str(" --check-replay");
+        }
+        out
+    }
 }
 
 fn main() -> Result<ExitCode> {
@@ -178,6 +216,10 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         agents: args.agents,
         duration_ms: args.duration_ms,
         faults: args.faults,
+        cluster: args.cluster,
+        leader_crash_at_ms: args.crash_leader_at_ms,
+        clock_step_ms_max: args.clock_step_ms_max,
+        region: args.region,
         ..NetConfig::quick()
     };
     for seed in args.from..args.from.saturating_add(args.seeds) {
@@ -188,14 +230,9 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
             println!("    a second run of this seed admitted differently");
         }
         if !r.passed() || !replayed {
-            let flag = if args.check_replay {
-                " --check-replay"
-            } else {
-                ""
-            };
             println!(
-                "replay: leasehold-sim net --from {seed} --seeds 1 --agents {} --duration-ms {} --faults {}{flag}",
-                cfg.agents, cfg.duration_ms, cfg.faults
+                "replay: leasehold-sim net --from {seed} --seeds 1 {}",
+                args.replay_flags()
             );
             return Ok(ExitCode::FAILURE);
         }
@@ -226,6 +263,18 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
         r.bound.worst_excess,
         r.digest(),
     );
+    if !r.leaders.is_empty() {
+        let leaders: Vec<String> = r
+            .leaders
+            .iter()
+            .map(|l| format!("{}@{}ms(t{})", l.node, l.at_ms, l.term))
+            .collect();
+        println!(
+            "    leaders {}; leader crashes {:?}",
+            leaders.join(" "),
+            r.leader_crashes()
+        );
+    }
     if !r.passed() {
         println!(
             "    P1 violations {}, ledger conserved {}",

@@ -1,11 +1,14 @@
-//! The software of the simulated hosts: the production lease service on the allocator
-//! host, and on each agent host the production engine, lease manager and gRPC grantor
-//! client, plus a traffic loop that offers more than the policy's rate.
+//! The software of the simulated hosts: the production lease service on a single-node
+//! allocator host (the Raft cluster's hosts are in [`super::cluster`]), and on each agent
+//! host the production engine, lease manager and gRPC grantor client, plus a traffic loop
+//! that offers more than the policy's rate.
 //!
 //! Each function is the whole program of a host: turmoil calls it again when a crashed
 //! host restarts, so it builds everything from scratch, as a restarted process would.
 
 use super::check::{Admission, TrafficLog};
+use super::clock::{ClockOffsets, SteppedClock};
+use super::cluster::ALLOCATOR_PORT;
 use super::transport::{connect_sim, incoming};
 use super::NetConfig;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
@@ -22,12 +25,9 @@ use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
     AuthMode, ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role,
 };
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The allocator's host name and gRPC port.
-pub const ALLOCATOR_HOST: &str = "allocator";
-pub const ALLOCATOR_PORT: u16 = 7000;
 
 /// The policy key every agent admits under.
 pub const TENANT: &str = "acme";
@@ -45,6 +45,7 @@ pub fn agent_host(i: usize) -> String {
 pub async fn allocator(
     cfg: NetConfig,
     replica_out: Arc<Mutex<Option<LocalReplica<AllocatorState>>>>,
+    signer: Arc<LeaseSigner>,
 ) -> HostResult {
     let replica = LocalReplica::new(
         AllocatorState::new(LedgerConfig::root("global")),
@@ -62,9 +63,6 @@ pub async fn allocator(
         return Err(format!("policy refused: {e}").into());
     }
     *replica_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(replica.clone());
-    // A fresh key per run: signatures differ between runs, but nothing in the run reads
-    // them (agents do not check them yet) and their length is fixed.
-    let signer = Arc::new(LeaseSigner::generate(&ring::rand::SystemRandom::new())?);
     let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
     let service = LeaseServer::new(
         replica.clone(),
@@ -84,16 +82,30 @@ pub async fn allocator(
     Ok(())
 }
 
-/// Runs agent `index`: leases credit from the allocator over the simulated network and
-/// admits `cfg.offer_per_round` requests every `cfg.offer_every_ms`, logging each
-/// admission at the simulation's time.
-pub async fn agent(index: usize, cfg: NetConfig, log: Arc<Mutex<TrafficLog>>) -> HostResult {
-    let clock = TokioClock::new();
+/// What an agent host shares with the run: the traffic log, and its clock offset.
+#[derive(Clone)]
+pub struct AgentShared {
+    pub log: Arc<Mutex<TrafficLog>>,
+    pub clocks: ClockOffsets,
+    /// How many times each agent's software started.
+    pub starts: Arc<Vec<AtomicU32>>,
+}
+
+/// Runs agent `index`: leases credit from the allocator hosts over the simulated network
+/// and admits `cfg.offer_per_round` requests every `cfg.offer_every_ms`, logging each
+/// admission at the simulation's time. Every clock the agent's code reads is the host's
+/// clock, which the fault schedule may step.
+pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostResult {
+    if let Some(n) = shared.starts.get(index) {
+        n.fetch_add(1, Ordering::SeqCst);
+    }
+    let clock = shared.clocks.clock(index);
     let policy = Policy::from_yaml(&cfg.policy_yaml())?;
+    let wall = clock.clone();
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
-            .wall_clock(simulated_wall_clock)
+            .wall_clock(move || stepped_wall_clock(&wall))
             .build(RuleSource::from_policies(vec![policy]))?,
     );
     let settings = ChannelSettings {
@@ -103,11 +115,9 @@ pub async fn agent(index: usize, cfg: NetConfig, log: Arc<Mutex<TrafficLog>>) ->
     };
     let channels =
         ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
-    let grantor = Arc::new(RemoteGrantor::new(
-        channels,
-        vec![format!("{ALLOCATOR_HOST}:{ALLOCATOR_PORT}")],
-        2,
-    ));
+    let addrs = cfg.agent_addrs();
+    let retries_max = addrs.len() + 1;
+    let grantor = Arc::new(RemoteGrantor::new(channels, addrs, retries_max));
     let mut mcfg = ManagerConfig::new(agent_host(index));
     mcfg.report_every_ms = 200;
     mcfg.retry_ms = 100;
@@ -119,23 +129,24 @@ pub async fn agent(index: usize, cfg: NetConfig, log: Arc<Mutex<TrafficLog>>) ->
     // The manager runs until the host crashes or the simulation ends.
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     tokio::task::spawn_local(manager.run(stopped));
-    offer_traffic(index, &cfg, &engine, &clock, &log).await;
+    offer_traffic(index, &cfg, &engine, &clock, &shared.log).await;
     Ok(())
 }
 
-/// The simulation's calendar time (its fixed epoch plus simulated time), for calendar
-/// quotas and `effective_at`, so that no decision reads the host's real clock.
-fn simulated_wall_clock() -> jiff::Timestamp {
+/// The host's calendar time: the simulation's (its fixed epoch plus simulated time) shifted
+/// by the host's clock offset, for calendar quotas and `effective_at`, so that no decision
+/// reads the machine's real clock.
+fn stepped_wall_clock(clock: &SteppedClock) -> jiff::Timestamp {
     let since = turmoil::since_epoch().unwrap_or_default();
-    jiff::Timestamp::from_nanosecond(since.as_nanos() as i128)
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+    let ns = clock.shift(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+    jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
 async fn offer_traffic(
     index: usize,
     cfg: &NetConfig,
     engine: &Engine,
-    clock: &TokioClock,
+    clock: &SteppedClock,
     log: &Mutex<TrafficLog>,
 ) {
     let mut every = tokio::time::interval(Duration::from_millis(cfg.offer_every_ms.max(1)));

@@ -1,25 +1,33 @@
 //! The production allocator and agent code on a simulated network and clock (turmoil).
 //!
-//! One allocator host serves the real lease service (`LeaseServer` over a single-node
-//! `LocalReplica`, a root ledger and one policy) on simulated TCP; N agent hosts each run
-//! the real `Engine`, `LeaseManager` and `RemoteGrantor` (tonic over the same simulated
-//! TCP) and offer more traffic than the policy's rate. Every clock in the run follows
-//! tokio's virtual time ([`leasehold_common::time::TokioClock`]), which turmoil advances
-//! one tick at a time. Partitions between an agent and the allocator, latency changes and
-//! agent crashes with restarts are drawn from the seed ([`faults`]); network delays come
-//! from turmoil's own rng, seeded with the same seed. At the end every admission window is
+//! The allocator hosts serve the real lease service (`LeaseServer`) with a root ledger and
+//! one policy on simulated TCP: one host over a single-node `LocalReplica`, or a Raft
+//! cluster of production `RaftNode`s with sled storage in per-host directories
+//! ([`cluster`]). N agent hosts each run the real `Engine`, `LeaseManager` and
+//! `RemoteGrantor` (tonic over the same simulated TCP, listing every allocator) and offer
+//! more traffic than the policy's rate. Every clock in the run follows tokio's virtual
+//! time, which turmoil advances one tick at a time; an agent host's clocks may be stepped
+//! by an offset ([`clock`]). Partitions between an agent and the allocators, latency
+//! changes, agent crashes with restarts, clock steps, leader crashes and allocators cut off
+//! from their peers are drawn from the seed ([`faults`]); network delays come from
+//! turmoil's own rng, seeded with the same seed. At the end every admission window is
 //! checked against `B + r·T` ([`check`]).
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 
+mod apply;
 pub mod check;
+pub mod clock;
+pub mod cluster;
 pub mod faults;
 pub mod hosts;
+pub mod region;
 mod run;
 pub mod transport;
 
+pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
-pub use run::{run, NetReport};
+pub use run::{plan, run, NetReport};
 
 use leasehold_common::rate::Rate;
 
@@ -70,6 +78,20 @@ pub struct NetConfig {
     pub latency_ms_max: u64,
     /// Longest partition or agent outage, in milliseconds.
     pub outage_ms_max: u64,
+    /// Allocator hosts: 1 serves a single-node replica; more run a Raft cluster, and its
+    /// faults (leader crashes, an allocator cut off from its peers) are drawn too.
+    pub cluster: usize,
+    /// Raft heartbeat period, in milliseconds; elections time out after 5–10 of them.
+    pub raft_heartbeat_ms: u64,
+    /// When set, the allocator leading at this instant (ms) crashes, whatever the seed
+    /// draws, and restarts `outage_ms_max` later. Raft clusters only.
+    pub leader_crash_at_ms: Option<u64>,
+    /// Largest clock step drawn at an agent host, in milliseconds; zero draws none.
+    pub clock_step_ms_max: u64,
+    /// Puts a delegated region (a single-node Raft cluster leasing from the global
+    /// allocators) between the global allocators and the agents; cuts between the region and
+    /// the global allocators are drawn too.
+    pub region: bool,
 }
 
 impl NetConfig {
@@ -88,6 +110,34 @@ impl NetConfig {
             latency_ms_base: 5,
             latency_ms_max: 300,
             outage_ms_max: 3_000,
+            cluster: 1,
+            raft_heartbeat_ms: 100,
+            leader_crash_at_ms: None,
+            clock_step_ms_max: 0,
+            region: false,
+        }
+    }
+
+    /// [`NetConfig::quick`] on a 3-node Raft cluster whose leader crashes at 4 s.
+    pub fn quick_cluster() -> Self {
+        NetConfig {
+            cluster: 3,
+            leader_crash_at_ms: Some(4_000),
+            ..NetConfig::quick()
+        }
+    }
+
+    /// Where the global allocator hosts are reached (`host:port`), in host order.
+    pub fn global_addrs(&self) -> Vec<String> {
+        (0..self.cluster).map(cluster::allocator_addr).collect()
+    }
+
+    /// Where agents lease from: the region if there is one, else the global allocators.
+    pub fn agent_addrs(&self) -> Vec<String> {
+        if self.region {
+            vec![region::region_addr()]
+        } else {
+            self.global_addrs()
         }
     }
 
@@ -150,6 +200,46 @@ impl NetConfig {
                 "latency_ms_max",
                 self.latency_ms_max,
                 "latencies must be positive with the base at most the maximum",
+            );
+        }
+        self.validate_cluster()
+    }
+
+    fn validate_cluster(&self) -> Result<(), NetError> {
+        let invalid = |field, value: u64, reason| {
+            Err(NetError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if !(1..=cluster::CLUSTER_MAX).contains(&self.cluster) {
+            return invalid("cluster", self.cluster as u64, "must be from 1 to 5");
+        }
+        if !(10..=1_000).contains(&self.raft_heartbeat_ms) {
+            return invalid(
+                "raft_heartbeat_ms",
+                self.raft_heartbeat_ms,
+                "must be from 10 to 1000",
+            );
+        }
+        if let Some(at_ms) = self.leader_crash_at_ms {
+            if self.cluster < 2 {
+                return invalid(
+                    "leader_crash_at_ms",
+                    at_ms,
+                    "needs a Raft cluster (cluster of 2 or more)",
+                );
+            }
+            if at_ms >= self.duration_ms {
+                return invalid("leader_crash_at_ms", at_ms, "must be before the run ends");
+            }
+        }
+        if self.clock_step_ms_max > clock::CLOCK_OFFSET_MS_MAX {
+            return invalid(
+                "clock_step_ms_max",
+                self.clock_step_ms_max,
+                "must be at most 600000",
             );
         }
         Ok(())

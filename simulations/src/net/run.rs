@@ -1,13 +1,19 @@
 //! Builds the simulated world from a seed, steps it while applying the fault schedule,
 //! and checks the admission log.
 
+use super::apply::{AppliedFault, LeaderTerm, World};
 use super::check::{check_admissions, Admission, TrafficLog};
+use super::clock::ClockOffsets;
+use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
-use super::hosts::{self, agent_host, ALLOCATOR_HOST};
+use super::hosts::{self, agent_host, AgentShared};
+use super::region::{self, REGION_HOST};
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::state::AllocatorState;
+use leasehold_common::lease::LeaseSigner;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,12 +35,20 @@ pub struct NetReport {
     pub admissions: Vec<Admission>,
     /// P1 over every window of the run.
     pub bound: BoundCheck,
+    /// The faults drawn from the seed (plus a fixed leader crash, if configured).
     pub schedule: Vec<Scheduled>,
+    /// The faults as applied, with the allocator node each one hit.
+    pub applied: Vec<AppliedFault>,
+    /// Every leader the Raft cluster had, in order (empty for a single-node allocator).
+    pub leaders: Vec<LeaderTerm>,
+    /// How many times each agent's software started (1 + its restarts).
+    pub agent_starts: Vec<u32>,
     /// Requests offered in total (admitted or not).
     pub offered: u64,
     /// `B + r·T` for the whole run: the most the run may admit.
     pub admitted_max: u64,
-    /// Whether the allocator's ledger accounts for every unit at the end.
+    /// Whether the allocator's ledger accounts for every unit at the end (on every running
+    /// node of a cluster).
     pub ledger_conserved: bool,
 }
 
@@ -55,6 +69,21 @@ impl NetReport {
         out
     }
 
+    /// Admissions at or after `at_ms`.
+    pub fn admitted_since(&self, at_ms: u64) -> usize {
+        let at_ns = at_ms.saturating_mul(1_000_000);
+        self.admissions.iter().filter(|a| a.at_ns >= at_ns).count()
+    }
+
+    /// Leader crashes that hit a node: (when, node id).
+    pub fn leader_crashes(&self) -> Vec<(u64, u64)> {
+        self.applied
+            .iter()
+            .filter(|f| f.action == Action::CrashLeader)
+            .filter_map(|f| Some((f.at_ms, f.node?)))
+            .collect()
+    }
+
     /// FNV-1a over the admission log: equal logs give equal digests, for comparing runs.
     pub fn digest(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -70,6 +99,16 @@ impl NetReport {
         }
         h
     }
+}
+
+/// The allocator side of a run, for the check at its end.
+struct Allocators {
+    /// The single-node global allocator's replica, when the global allocator is one host.
+    single: Option<Arc<Mutex<Option<LocalReplica<AllocatorState>>>>>,
+    /// The Raft nodes (global and region) and the signing keys.
+    shared: ClusterShared,
+    /// The directory that holds every host's disk, removed when dropped.
+    _disks: tempfile::TempDir,
 }
 
 /// Runs `cfg` under `seed` to the end of its duration.
@@ -88,67 +127,188 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(cfg.latency_ms_base))
         .build();
-    let log = Arc::new(Mutex::new(TrafficLog::default()));
-    let replica: Arc<Mutex<Option<LocalReplica<AllocatorState>>>> = Arc::default();
-    {
-        let (cfg, replica) = (cfg.clone(), Arc::clone(&replica));
-        sim.host(ALLOCATOR_HOST, move || {
-            hosts::allocator(cfg.clone(), Arc::clone(&replica))
-        });
-    }
+    let allocators = add_allocators(&mut sim, cfg).map_err(|e| failed(0, e))?;
+    let agents = AgentShared {
+        log: Arc::new(Mutex::new(TrafficLog::default())),
+        clocks: ClockOffsets::new(cfg.agents),
+        starts: Arc::new((0..cfg.agents).map(|_| AtomicU32::new(0)).collect()),
+    };
     for i in 0..cfg.agents {
-        let (cfg, log) = (cfg.clone(), Arc::clone(&log));
+        let (cfg, shared) = (cfg.clone(), agents.clone());
         sim.host(agent_host(i), move || {
-            hosts::agent(i, cfg.clone(), Arc::clone(&log))
+            hosts::agent(i, cfg.clone(), shared.clone())
         });
     }
-    let plan = schedule(seed ^ SCHEDULE_SALT, &fault_spec(cfg));
-    let mut faults = Faults::new(cfg.agents);
+    let plan = plan(seed, cfg);
+    let nodes = (cfg.cluster > 1).then(|| allocators.shared.nodes.clone());
+    let agent_peers = match cfg.region {
+        true => vec![REGION_HOST.to_string()],
+        false => (0..cfg.cluster).map(allocator_host).collect(),
+    };
+    let mut world = World::new(
+        cfg.agents,
+        cfg.cluster,
+        agent_peers,
+        agents.clocks.clone(),
+        nodes,
+    );
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
         if now_ms >= cfg.duration_ms {
             break;
         }
+        world.observe_leader(now_ms);
         while let Some(s) = plan.get(next).filter(|s| s.at_ms <= now_ms) {
-            faults.apply(&mut sim, s.action, cfg.latency_ms_base);
+            world.apply(&mut sim, now_ms, s.action, cfg.latency_ms_base);
             next += 1;
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
     }
-    let traffic = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+    let ledger_conserved =
+        all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
+    // The nodes' storage goes only after the simulation, which owns their runtimes.
+    drop(sim);
+    drop(allocators);
+    let traffic = std::mem::take(&mut *agents.log.lock().unwrap_or_else(|e| e.into_inner()));
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
-    let replica = replica.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let ledger_conserved = match replica {
-        Some(r) => conserved(&r).map_err(|e| failed(cfg.duration_ms, e))?,
-        None => {
-            return Err(failed(
-                cfg.duration_ms,
-                "the allocator never started".into(),
-            ))
-        }
-    };
     Ok(NetReport {
         seed,
         bound: check_admissions(&admissions, cfg.rate(), cfg.burst),
         admissions,
         schedule: plan,
+        applied: world.applied,
+        leaders: world.leaders,
+        agent_starts: agents
+            .starts
+            .iter()
+            .map(|n| n.load(Ordering::SeqCst))
+            .collect(),
         offered: traffic.offered,
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
 }
 
+/// Whether every ledger accounts for every unit at the end: the single-node allocator's,
+/// or that of every running node of the global cluster, and the region's.
+fn all_conserved(cfg: &NetConfig, allocators: &Allocators, world: &World) -> Result<bool, String> {
+    let mut ok = true;
+    if let Some(single) = &allocators.single {
+        let replica = single.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ok &= conserved(&replica.ok_or("the allocator never started")?)?;
+    } else {
+        let up: Vec<_> = (0..cfg.cluster)
+            .filter(|i| world.allocator_up(*i))
+            .filter_map(|i| allocators.shared.nodes.get(i))
+            .collect();
+        if up.is_empty() {
+            return Err("no allocator node started".into());
+        }
+        ok &= cluster::all_conserved(&up);
+    }
+    if cfg.region {
+        let region = allocators.shared.region.get(0);
+        ok &= cluster::all_conserved(&[region.ok_or("the region never started")?]);
+    }
+    Ok(ok)
+}
+
+/// Adds the allocator hosts: one single-node global host or a global Raft cluster, and the
+/// region if configured. Raft hosts keep their disks in a temporary directory for the
+/// length of the run.
+fn add_allocators(sim: &mut turmoil::Sim<'_>, cfg: &NetConfig) -> Result<Allocators, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("leasehold-net-sim")
+        .tempdir_in(disk_root())
+        .map_err(|e| format!("creating the allocators' data directory: {e}"))?;
+    // One signing key per cluster, as every node of a real cluster shares one.
+    let key = || {
+        LeaseSigner::generate(&ring::rand::SystemRandom::new())
+            .map(Arc::new)
+            .map_err(|e| format!("generating a lease signing key: {e}"))
+    };
+    let shared = ClusterShared {
+        data_root: dir.path().to_path_buf(),
+        signer: key()?,
+        nodes: NodeSlots::default(),
+        region_signer: key()?,
+        region: NodeSlots::default(),
+    };
+    let mut single = None;
+    if cfg.cluster == 1 {
+        let replica: Arc<Mutex<Option<LocalReplica<AllocatorState>>>> = Arc::default();
+        let (c, r, k) = (
+            cfg.clone(),
+            Arc::clone(&replica),
+            Arc::clone(&shared.signer),
+        );
+        sim.host(allocator_host(0), move || {
+            hosts::allocator(c.clone(), Arc::clone(&r), Arc::clone(&k))
+        });
+        single = Some(replica);
+    } else {
+        for i in 0..cfg.cluster {
+            let (c, s) = (cfg.clone(), shared.clone());
+            sim.host(allocator_host(i), move || {
+                cluster::raft_allocator(i, c.clone(), s.clone())
+            });
+        }
+    }
+    if cfg.region {
+        let (c, s) = (cfg.clone(), shared.clone());
+        sim.host(REGION_HOST, move || region::region(c.clone(), s.clone()));
+    }
+    Ok(Allocators {
+        single,
+        shared,
+        _disks: dir,
+    })
+}
+
+/// Where the allocator hosts keep their disks: memory-backed when the machine has it. A
+/// simulated crash drops the host's processes, not the machine's page cache, so fsync buys
+/// nothing here and costs real time on every Raft write.
+fn disk_root() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// The faults a run of `cfg` under `seed` applies, in time order: those drawn from the
+/// seed, plus the configured leader crash and its restart. Pure: no simulation runs.
+pub fn plan(seed: u64, cfg: &NetConfig) -> Vec<Scheduled> {
+    let mut plan = schedule(seed ^ SCHEDULE_SALT, &fault_spec(cfg));
+    if let Some(at_ms) = cfg.leader_crash_at_ms {
+        plan.push(Scheduled {
+            at_ms,
+            action: Action::CrashLeader,
+        });
+        plan.push(Scheduled {
+            at_ms: (at_ms + cfg.outage_ms_max).min(cfg.duration_ms.saturating_sub(QUIET_MS)),
+            action: Action::RestartAllocators,
+        });
+        plan.sort_by_key(|s| s.at_ms);
+    }
+    plan
+}
+
 fn fault_spec(cfg: &NetConfig) -> FaultSpec {
     FaultSpec {
         faults: cfg.faults,
         agents: cfg.agents,
+        allocators: cfg.cluster,
         start_ms: QUIET_MS,
         end_ms: cfg.duration_ms.saturating_sub(QUIET_MS),
         outage_ms_max: cfg.outage_ms_max,
         latency_ms_max: cfg.latency_ms_max,
         latency_ms_base: cfg.latency_ms_base,
+        clock_step_ms_max: cfg.clock_step_ms_max,
+        region: cfg.region,
     }
 }
 
@@ -159,51 +319,4 @@ fn conserved(replica: &LocalReplica<AllocatorState>) -> Result<bool, String> {
         .map_err(|e| format!("inspecting the ledger: {e}"))?;
     rt.block_on(replica.read(|s| s.ledger().conserved()))
         .map_err(|e| format!("inspecting the ledger: {e}"))
-}
-
-/// Overlapping faults on one agent nest: it is cut off (or down) while any of them lasts.
-struct Faults {
-    partitions: Vec<u32>,
-    crashes: Vec<u32>,
-}
-
-impl Faults {
-    fn new(agents: usize) -> Self {
-        Faults {
-            partitions: vec![0; agents],
-            crashes: vec![0; agents],
-        }
-    }
-
-    fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: Action, latency_ms_base: u64) {
-        match action {
-            Action::Partition { agent } => {
-                self.partitions[agent] += 1;
-                if self.partitions[agent] == 1 {
-                    sim.partition(ALLOCATOR_HOST, agent_host(agent));
-                }
-            }
-            Action::Repair { agent } => {
-                self.partitions[agent] -= 1;
-                if self.partitions[agent] == 0 {
-                    sim.repair(ALLOCATOR_HOST, agent_host(agent));
-                }
-            }
-            Action::MaxLatency { latency_ms } => {
-                sim.set_max_message_latency(Duration::from_millis(latency_ms.max(latency_ms_base)));
-            }
-            Action::Crash { agent } => {
-                self.crashes[agent] += 1;
-                if self.crashes[agent] == 1 {
-                    sim.crash(agent_host(agent));
-                }
-            }
-            Action::Restart { agent } => {
-                self.crashes[agent] -= 1;
-                if self.crashes[agent] == 0 {
-                    sim.bounce(agent_host(agent));
-                }
-            }
-        }
-    }
 }

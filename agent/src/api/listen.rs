@@ -181,10 +181,7 @@ pub async fn serve_grpc(
     match listener {
         Listener::Tcp(l) => {
             router
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(l).with_nodelay(Some(true)),
-                    shutdown,
-                )
+                .serve_with_incoming_shutdown(tcp_incoming(l), shutdown)
                 .await
         }
         Listener::Unix(l) => {
@@ -193,6 +190,11 @@ pub async fn serve_grpc(
                 .await
         }
     }
+}
+
+/// Connections accepted on `listener`, each with `TCP_NODELAY` set.
+fn tcp_incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Serves an HTTP router on `listener` until `shutdown` completes.
@@ -253,6 +255,17 @@ mod tests {
                 "{addr}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn accepted_grpc_connections_send_without_delay() {
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = std::pin::pin!(tcp_incoming(listener));
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is off");
     }
 
     #[tokio::test]

@@ -42,6 +42,29 @@ struct Opts {
 
 fn parse_opts() -> Result<Opts, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` itself passes `--bench`.
+    const FLAGS: [&str; 11] = [
+        "--addr",
+        "--agent",
+        "--in-flight",
+        "--connections",
+        "--seconds",
+        "--warmup-ms",
+        "--tenants",
+        "--limit",
+        "--server-cpus",
+        "--client-cpus",
+        "--bench",
+    ];
+    if let Some(unknown) = args
+        .iter()
+        .find(|a| a.starts_with("--") && !FLAGS.contains(&a.as_str()))
+    {
+        return Err(format!(
+            "unknown flag `{unknown}`; known: {}",
+            FLAGS.join(" ")
+        ));
+    }
     let value = |name: &str| -> Option<&str> {
         let i = args.iter().position(|a| a == name)?;
         args.get(i + 1).map(String::as_str)

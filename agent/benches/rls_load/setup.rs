@@ -79,7 +79,7 @@ impl Agent {
             .arg(addr.to_string())
             .arg("--http-addr")
             .arg("127.0.0.1:0")
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .spawn()?;
         let mut agent = Agent {

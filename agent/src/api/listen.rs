@@ -8,13 +8,23 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tonic::transport::server::Router;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::server::{Router, TcpIncoming};
 use tonic::transport::Server;
 
 /// Longest listen address accepted, in bytes (a Unix socket path must fit in `sun_path`
 /// anyway, which is far shorter).
 pub const LISTEN_ADDR_LEN_MAX: usize = 255;
+
+/// Concurrent calls one gRPC connection may have open. Envoy multiplexes every worker's
+/// rate-limit calls over few connections, so this is generous; it bounds the memory one
+/// peer can pin.
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+/// HTTP/2 flow-control window of one gRPC call, in bytes. Rate-limit messages are tens of
+/// bytes, so a fixed window this size never stalls a call and no window probing is needed.
+pub const GRPC_STREAM_WINDOW_BYTES: u32 = 1 << 20;
+/// HTTP/2 flow-control window of one gRPC connection, in bytes.
+pub const GRPC_CONNECTION_WINDOW_BYTES: u32 = 8 << 20;
 
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,11 +158,21 @@ impl Listener {
 /// The agent accepts any certificate from its CA and does not ask for a Leasehold role:
 /// its callers are gateways, whose certificates come from the operator's own CA.
 pub fn grpc_server(tls: Option<&TlsPem>) -> Result<Server, ServeError> {
-    server_builder(tls)
+    Ok(server_builder(tls)?
+        .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
+        // Adaptive windows ping to estimate bandwidth-delay; fixed windows above already
+        // exceed anything a rate-limit call sends.
+        .http2_adaptive_window(Some(false)))
 }
 
 /// Serves a gRPC router on `listener` until `shutdown` completes, then waits for open
 /// calls to finish.
+///
+/// TCP connections get `TCP_NODELAY`: a rate-limit answer is one small write that must
+/// leave at once, and Nagle's algorithm would hold it back until the peer's delayed ACK
+/// (tens of milliseconds) whenever an earlier answer is still unacknowledged.
 pub async fn serve_grpc(
     router: Router,
     listener: Listener,
@@ -161,7 +181,7 @@ pub async fn serve_grpc(
     match listener {
         Listener::Tcp(l) => {
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown)
+                .serve_with_incoming_shutdown(tcp_incoming(l), shutdown)
                 .await
         }
         Listener::Unix(l) => {
@@ -170,6 +190,11 @@ pub async fn serve_grpc(
                 .await
         }
     }
+}
+
+/// Connections accepted on `listener`, each with `TCP_NODELAY` set.
+fn tcp_incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Serves an HTTP router on `listener` until `shutdown` completes.
@@ -230,6 +255,17 @@ mod tests {
                 "{addr}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn accepted_grpc_connections_send_without_delay() {
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = std::pin::pin!(tcp_incoming(listener));
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is off");
     }
 
     #[tokio::test]

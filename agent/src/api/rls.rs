@@ -15,6 +15,7 @@ use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use leasehold_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use smallvec::SmallVec;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -22,6 +23,9 @@ use tonic::{Request, Response, Status};
 pub const DESCRIPTORS_MAX: usize = 64;
 /// Entries accepted in one descriptor.
 pub const ENTRIES_MAX: usize = 16;
+/// Entries of a descriptor viewed without a heap allocation; Envoy descriptors rarely have
+/// more than a handful.
+const ENTRIES_INLINE: usize = 4;
 
 pub struct RlsServer {
     engine: Arc<Engine>,
@@ -91,7 +95,7 @@ impl RateLimitService for RlsServer {
                     d.entries.len()
                 )));
             }
-            let entries: Vec<(&str, &str)> = d
+            let entries: SmallVec<[(&str, &str); ENTRIES_INLINE]> = d
                 .entries
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))

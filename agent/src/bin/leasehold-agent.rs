@@ -192,8 +192,30 @@ async fn shutdown_signal() {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
+    runtime()?.block_on(run())
+}
+
+/// A current-thread runtime when the agent has one worker (one CPU available, as under
+/// `taskset -c 0`, or `TOKIO_WORKER_THREADS=1`), a multi-threaded one otherwise.
+///
+/// On one thread, the calls a connection read brings in all run before the connection is
+/// polled again, so their answers leave in one write; the multi-threaded scheduler runs the
+/// connection right after the first answer wakes it, which costs a write per answer.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut builder = if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder.enable_all().build()
+}
+
+async fn run() -> Result<()> {
     let (file, flags) = Args::parse().split();
     tracing_subscriber::fmt()
         .with_env_filter(

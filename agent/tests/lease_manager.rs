@@ -96,6 +96,9 @@ async fn leased_credit_flows_to_demand_and_shutdown_settles_exactly() {
         counters.0.releases >= 1 && counters.1.releases >= 1,
         "{counters:?}"
     );
+    // An in-process grantor pushes nothing, so there is no stream to watch (or to find
+    // silent and reopen).
+    assert_eq!(counters.0.watch_connects + counters.1.watch_connects, 0);
     local.with_ledger(|l| {
         assert!(l.conserved());
         let acct = l.account("api:tenant=acme").expect("key exists");

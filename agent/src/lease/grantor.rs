@@ -44,6 +44,12 @@ pub trait Grantor: Send + Sync + 'static {
         req: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>>;
 
+    /// True when the grantor pushes changes on a watch stream; a grantor without one is
+    /// not watched (its stream would only ever look silent).
+    fn pushes_changes(&self) -> bool {
+        false
+    }
+
     /// Opens the holder's watch stream (policy changes, emergency switches, revocations).
     /// A grantor without one returns a stream that never yields.
     fn watch(&self, _req: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
@@ -328,6 +334,10 @@ impl Grantor for RemoteGrantor {
             let r = r.clone();
             async move { c.release(r).await }
         }))
+    }
+
+    fn pushes_changes(&self) -> bool {
+        true
     }
 
     fn watch(&self, r: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {

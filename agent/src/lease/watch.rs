@@ -72,6 +72,9 @@ impl LeaseManager {
     /// Opens the stream when there is none and its retry time has come; drops a stream
     /// that went silent for longer than its heartbeats promise.
     pub(super) async fn keep_watching(&mut self, w: &mut Watching) {
+        if !self.grantor.pushes_changes() {
+            return;
+        }
         let now = self.clock.now();
         if w.stream.is_some() {
             if now >= w.silent_at {

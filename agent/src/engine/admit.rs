@@ -1,16 +1,16 @@
 //! One admission: resolve every dimension, charge in order, undo on refusal.
 
+use super::config::UnknownPolicy;
 use super::decision::{Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension, Target};
 use super::rules::RuleSet;
-use super::stats::EngineCounters;
+use super::stats::Count;
 use super::table::Entry;
 use super::Engine;
 use leasehold_common::policy::envoy::MatchedRule;
 use leasehold_common::time::Nanos;
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
@@ -94,6 +94,9 @@ impl Step {
 pub(crate) struct Ctx<'e> {
     pub(crate) now: Nanos,
     pub(crate) priority: u8,
+    /// Whether charges must be kept for undoing: only when another dimension may refuse
+    /// after this one has charged (a lone dimension that charged has admitted).
+    pub(crate) keep: bool,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
 }
@@ -174,12 +177,12 @@ impl Engine {
         let now = self.clock.observe(now);
         let decision_id = self.next_decision_id();
         if req.dimensions.len() > self.limits.dimensions_max {
-            EngineCounters::bump(&self.counters.too_many_dimensions);
+            self.counters.bump(Count::TooManyDimensions);
             return refused(decision_id, DenyReason::TooManyDimensions, u64::MAX);
         }
         if let Some(protector) = &self.protector {
             if let Err(retry_after_ns) = protector.try_take(now) {
-                EngineCounters::bump(&self.counters.self_protection_denied);
+                self.counters.bump(Count::SelfProtectionDenied);
                 return refused(decision_id, DenyReason::SelfProtection, retry_after_ns);
             }
         }
@@ -190,6 +193,7 @@ impl Engine {
         let mut ctx = Ctx {
             now,
             priority: req.priority,
+            keep: req.dimensions.len() > 1,
             wall: None,
             clock: &self.wall_clock,
         };
@@ -244,10 +248,10 @@ impl Engine {
         }
     }
 
+    #[inline]
     fn next_decision_id(&self) -> u64 {
-        let n = self.counters.decisions.fetch_add(1, Ordering::Relaxed);
         let counter_bits = 64 - super::config::INSTANCE_BITS;
-        (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
+        (u64::from(self.instance_id) << counter_bits) | self.counters.next_decision(counter_bits)
     }
 
     fn check(
@@ -260,13 +264,17 @@ impl Engine {
         match res {
             Resolved::NoRule => Step::pass(Outcome::NoRule),
             Resolved::UnknownPolicy => {
-                EngineCounters::bump(&self.counters.unknown_policy);
-                Step::pass(Outcome::NoRule)
+                self.counters.bump(Count::UnknownPolicy);
+                match self.unknown_policy {
+                    UnknownPolicy::Allow => Step::pass(Outcome::NoRule),
+                    // Nothing to wait for: the id is unknown until the rules change.
+                    UnknownPolicy::Deny => Step::deny(DenyReason::UnknownPolicy, 0, u64::MAX),
+                }
             }
             Resolved::Unlimited => Step::pass(Outcome::Unlimited),
             Resolved::Replaced(_) => Step::pass(Outcome::Replaced),
             Resolved::ZeroLimit { shadow } => {
-                EngineCounters::bump(&self.counters.zero_limit_denied);
+                self.counters.bump(Count::ZeroLimitDenied);
                 let step = Step::deny(DenyReason::ZeroLimit, 0, u64::MAX);
                 if shadow {
                     Step::pass(Outcome::ShadowDenied(DenyReason::ZeroLimit))
@@ -337,7 +345,7 @@ fn shadowed(p: &CompiledPolicy, step: Step) -> Step {
 fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
     match res.policy() {
         Some(p) => DimensionResult {
-            policy_id: Some(Arc::clone(&p.id)),
+            policy_id: Some(p.pid),
             policy_version: p.version,
             outcome: step.outcome,
             limit: p.capacity,

@@ -1,6 +1,7 @@
 //! What the engine answers: allowed or not, and why, per dimension.
 
 use super::table::Entry;
+use leasehold_common::policy::POLICY_ID_LEN_MAX;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -33,6 +34,9 @@ pub enum DenyReason {
     TooManyDimensions,
     /// The acquire queue is full, so the key's lease cannot be asked for yet.
     AcquireQueueFull,
+    /// The dimension names a policy id the rule set does not have, and the engine's
+    /// [`UnknownPolicy`](super::UnknownPolicy) setting is `Deny`.
+    UnknownPolicy,
 }
 
 /// What happened to one dimension.
@@ -51,7 +55,8 @@ pub enum Outcome {
     Restricted,
     /// Admitted: the policy's kill switch is on.
     KillSwitch,
-    /// No rule limits this descriptor (or the policy id is unknown): not limited.
+    /// No rule limits this descriptor (or the policy id is unknown and the engine allows
+    /// unknown ids): not limited.
     NoRule,
     /// An envoyproxy/ratelimit rule with `unlimited: true`.
     Unlimited,
@@ -76,12 +81,67 @@ impl Outcome {
     }
 }
 
+/// A policy id held inline: copying it into a decision writes no shared reference count.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub struct PolicyId {
+    len: u8,
+    bytes: [u8; POLICY_ID_LEN_MAX],
+}
+
+impl PolicyId {
+    /// `id` if it is a valid policy id's length (every compiled policy's id is).
+    pub fn new(id: &str) -> Option<PolicyId> {
+        let len = u8::try_from(id.len())
+            .ok()
+            .filter(|_| id.len() <= POLICY_ID_LEN_MAX)?;
+        let mut bytes = [0; POLICY_ID_LEN_MAX];
+        bytes[..id.len()].copy_from_slice(id.as_bytes());
+        Some(PolicyId { len, bytes })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Copied whole from a `str` in `new`.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for PolicyId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for PolicyId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for PolicyId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The answer for one dimension, in request order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DimensionResult {
     /// The policy the dimension was checked against (`None` for no rule, unlimited and
     /// zero-limit Envoy rules).
-    pub policy_id: Option<Arc<str>>,
+    pub policy_id: Option<PolicyId>,
     pub policy_version: u64,
     pub outcome: Outcome,
     /// The policy's capacity (burst, window limit, quota or in-flight maximum); 0 if none.

@@ -85,7 +85,8 @@ impl EngineLimits {
 /// a policy not yet delivered: refusing keeps a mistake from quietly admitting everything.
 /// envoyproxy/ratelimit descriptors are unaffected: a descriptor no rule matches is
 /// always `NoRule`, as in envoyproxy/ratelimit.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum UnknownPolicy {
     /// Refuse with [`DenyReason::UnknownPolicy`](super::DenyReason::UnknownPolicy).
     #[default]

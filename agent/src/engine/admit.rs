@@ -174,20 +174,38 @@ impl Engine {
     /// Decides `req` at monotonic time `now`. Every dimension admits or nothing is charged.
     /// Allocates nothing on refusal nor for keys that already have state.
     pub fn admit(&self, req: &AdmitRequest<'_>, now: Nanos) -> Decision {
+        // One value, filled in place and returned from one place, so the inline results
+        // are written where the caller receives them rather than copied there.
+        let mut decision = Decision {
+            allowed: false,
+            decision_id: self.next_decision_id(),
+            retry_after_ns: 0,
+            denial: None,
+            results: SmallVec::new(),
+            in_flight: InFlight::default(),
+        };
+        self.decide(req, now, &mut decision);
+        decision
+    }
+
+    #[inline]
+    fn decide(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision) {
         let now = self.clock.observe(now);
-        let decision_id = self.next_decision_id();
         if req.dimensions.len() > self.limits.dimensions_max {
             self.counters.bump(Count::TooManyDimensions);
-            return refused(decision_id, DenyReason::TooManyDimensions, u64::MAX);
+            return refuse(decision, DenyReason::TooManyDimensions, u64::MAX);
         }
         if let Some(protector) = &self.protector {
             if let Err(retry_after_ns) = protector.try_take(now) {
                 self.counters.bump(Count::SelfProtectionDenied);
-                return refused(decision_id, DenyReason::SelfProtection, retry_after_ns);
+                return refuse(decision, DenyReason::SelfProtection, retry_after_ns);
             }
         }
         let rules = self.rules.load();
-        let mut resolved: Inline<_> = req.dimensions.iter().map(|d| resolve(&rules, d)).collect();
+        let mut resolved: Inline<_> = SmallVec::new();
+        for d in req.dimensions {
+            resolved.push(resolve(&rules, d));
+        }
         apply_replaces(&mut resolved);
 
         let mut ctx = Ctx {
@@ -197,15 +215,13 @@ impl Engine {
             wall: None,
             clock: &self.wall_clock,
         };
-        let mut results: Inline<DimensionResult> = SmallVec::new();
-        let mut charges: Inline<Option<Charge>> = SmallVec::new();
-        let mut denial: Option<Denial> = None;
-        let mut retry_after_ns = 0;
+        let mut charges: Inline<(Option<Charge>, u64)> = SmallVec::new();
         for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
-            let step = if denial.is_some() {
+            let units = res.policy().map_or(0, |p| units_of(p, req));
+            let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else {
-                self.check(*res, dim, req, &mut ctx)
+                self.check(*res, dim, units, &mut ctx)
             };
             let refusal = match step.outcome {
                 Outcome::Denied(reason) => Some(reason),
@@ -213,54 +229,43 @@ impl Engine {
                 _ => None,
             };
             if let Some(reason) = refusal {
-                denial = Some(Denial {
+                decision.denial = Some(Denial {
                     dimension: Some(i),
                     reason,
                 });
-                retry_after_ns = step.retry_after_ns;
+                decision.retry_after_ns = step.retry_after_ns;
             }
-            results.push(result_of(*res, &step));
-            charges.push(step.charge);
+            decision.results.push(result_of(*res, &step));
+            charges.push((step.charge, units));
         }
 
-        let mut in_flight = InFlight::default();
-        for (i, charge) in charges.into_iter().enumerate() {
-            let Some(charge) = charge else { continue };
-            if denial.is_some() {
-                self.undo(charge);
-                results[i].outcome = Outcome::RolledBack;
-            } else if let Charge::InFlight { entry, units } = charge {
-                in_flight.push(entry, units);
+        let refused = decision.denial.is_some();
+        decision.allowed = !refused;
+        for (i, (charge, units)) in charges.drain(..).enumerate() {
+            if let Some(charge) = charge {
+                if refused {
+                    self.undo(charge);
+                    decision.results[i].outcome = Outcome::RolledBack;
+                } else if let Charge::InFlight { entry, units } = charge {
+                    decision.in_flight.push(entry, units);
+                }
             }
-        }
-        for (result, (res, _)) in results.iter().zip(&resolved) {
-            if let Some(p) = res.policy() {
-                p.runtime.counters.record(result.outcome, units_of(p, req));
+            if let Some(p) = resolved[i].0.policy() {
+                p.runtime
+                    .counters
+                    .record(decision.results[i].outcome, units);
             }
-        }
-        Decision {
-            allowed: denial.is_none(),
-            decision_id,
-            retry_after_ns,
-            denial,
-            results,
-            in_flight,
         }
     }
 
     #[inline]
     fn next_decision_id(&self) -> u64 {
         let counter_bits = 64 - super::config::INSTANCE_BITS;
-        (u64::from(self.instance_id) << counter_bits) | self.counters.next_decision(counter_bits)
+        let n = self.counters.next_decision();
+        (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
     }
 
-    fn check(
-        &self,
-        res: Resolved<'_>,
-        dim: &Dimension<'_>,
-        req: &AdmitRequest<'_>,
-        ctx: &mut Ctx<'_>,
-    ) -> Step {
+    fn check(&self, res: Resolved<'_>, dim: &Dimension<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
         match res {
             Resolved::NoRule => Step::pass(Outcome::NoRule),
             Resolved::UnknownPolicy => {
@@ -283,7 +288,7 @@ impl Engine {
                 }
             }
             Resolved::Policy(p) => {
-                let step = self.check_policy(p, dim.entries, units_of(p, req), ctx);
+                let step = self.check_policy(p, dim.entries, units, ctx);
                 shadowed(p, step)
             }
         }
@@ -345,7 +350,7 @@ fn shadowed(p: &CompiledPolicy, step: Step) -> Step {
 fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
     match res.policy() {
         Some(p) => DimensionResult {
-            policy_id: Some(p.pid),
+            policy_id: Some(p.pid.clone()),
             policy_version: p.version,
             outcome: step.outcome,
             limit: p.capacity,
@@ -356,16 +361,10 @@ fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
     }
 }
 
-fn refused(decision_id: u64, reason: DenyReason, retry_after_ns: u64) -> Decision {
-    Decision {
-        allowed: false,
-        decision_id,
-        retry_after_ns,
-        denial: Some(Denial {
-            dimension: None,
-            reason,
-        }),
-        results: SmallVec::new(),
-        in_flight: InFlight::default(),
-    }
+fn refuse(decision: &mut Decision, reason: DenyReason, retry_after_ns: u64) {
+    decision.retry_after_ns = retry_after_ns;
+    decision.denial = Some(Denial {
+        dimension: None,
+        reason,
+    });
 }

@@ -1,7 +1,6 @@
 //! What the engine answers: allowed or not, and why, per dimension.
 
 use super::table::Entry;
-use leasehold_common::policy::POLICY_ID_LEN_MAX;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -81,27 +80,45 @@ impl Outcome {
     }
 }
 
-/// A policy id held inline: copying it into a decision writes no shared reference count.
-#[derive(Copy, Clone, PartialEq, Eq, Hash)]
-pub struct PolicyId {
-    len: u8,
-    bytes: [u8; POLICY_ID_LEN_MAX],
+/// Longest policy id a [`PolicyId`] holds inline.
+pub const POLICY_ID_INLINE_MAX: usize = 22;
+
+/// A policy id in a decision. Ids of up to [`POLICY_ID_INLINE_MAX`] bytes are copied
+/// inline, so putting them in a decision writes no reference count that every thread
+/// deciding for the policy shares; longer ids share the policy's allocation.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PolicyId(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; POLICY_ID_INLINE_MAX],
+    },
+    Shared(Arc<str>),
 }
 
 impl PolicyId {
-    /// `id` if it is a valid policy id's length (every compiled policy's id is).
-    pub fn new(id: &str) -> Option<PolicyId> {
-        let len = u8::try_from(id.len())
-            .ok()
-            .filter(|_| id.len() <= POLICY_ID_LEN_MAX)?;
-        let mut bytes = [0; POLICY_ID_LEN_MAX];
-        bytes[..id.len()].copy_from_slice(id.as_bytes());
-        Some(PolicyId { len, bytes })
+    /// The id of a compiled policy whose id is `id`.
+    pub(crate) fn new(id: &Arc<str>) -> PolicyId {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= POLICY_ID_INLINE_MAX => {
+                let mut bytes = [0; POLICY_ID_INLINE_MAX];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                PolicyId(Repr::Inline { len, bytes })
+            }
+            _ => PolicyId(Repr::Shared(Arc::clone(id))),
+        }
     }
 
     pub fn as_str(&self) -> &str {
-        // Copied whole from a `str` in `new`.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+        match &self.0 {
+            // Copied whole from a `str` in `new`, so always UTF-8.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Repr::Shared(id) => id,
+        }
     }
 }
 
@@ -219,3 +236,7 @@ impl Drop for InFlight {
         self.release();
     }
 }
+
+// Decisions keep every result inline and are returned by value: a larger result makes
+// every decision copy more.
+const _: () = assert!(std::mem::size_of::<DimensionResult>() <= 64);

@@ -129,7 +129,7 @@ impl EngineBuilder {
                 self.limits.key_idle_ns,
                 stripes,
             ),
-            clock: StripedClock::new(self.start, stripes),
+            clock: StripedClock::new(self.start),
             limits: self.limits,
             unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
@@ -137,7 +137,7 @@ impl EngineBuilder {
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
-            counters: EngineCounters::new(stripes),
+            counters: EngineCounters::new(),
         })
     }
 }

@@ -66,8 +66,6 @@ pub enum EngineError {
     Setting { field: &'static str, reason: String },
     #[error("no policy '{id}' in the current rule set")]
     UnknownPolicy { id: String },
-    #[error("policy id '{id}' is longer than {max} bytes")]
-    IdTooLong { id: String, max: usize },
 }
 
 /// Compiled rules, immutable once built.
@@ -225,15 +223,13 @@ fn compile(
         }
         _ => None,
     };
+    let id = previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id));
     let compiled = CompiledPolicy {
-        id: previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id)),
+        pid: PolicyId::new(&id),
+        id,
         version,
         generation: next_generation(),
         fast_key: FastKey::new(policy, &schema),
-        pid: PolicyId::new(&policy.id).ok_or_else(|| EngineError::IdTooLong {
-            id: policy.id.clone(),
-            max: leasehold_common::policy::POLICY_ID_LEN_MAX,
-        })?,
         schema,
         enforcement,
         capacity: policy.capacity().unwrap_or(0),

@@ -3,7 +3,7 @@
 //! Counters are per policy id, never per key, so their number is bounded by the rule set.
 
 use super::decision::Outcome;
-use super::stripes::{add, stripe_count, sum, Striped};
+use super::stripes::{add, stripe_count, sum, Padded, Striped};
 use leasehold_common::time::RollbackStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,7 +49,7 @@ impl PolicyCounters {
             // The policy was not applied to the request: nothing was offered to it.
             Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => return,
         };
-        add(&self.stripes.local()[index], units);
+        add(&self.stripes.local()[index], units, false);
     }
 
     pub(crate) fn snapshot(&self) -> PolicyCountersSnapshot {
@@ -100,18 +100,23 @@ pub struct PolicyStats {
     pub counters: PolicyCountersSnapshot,
 }
 
-/// Engine-wide counters (requests, not units), one set per thread stripe.
+/// Engine-wide counters (requests, not units), one set per thread slot.
 #[derive(Debug)]
 pub(crate) struct EngineCounters {
     stripes: Striped<EngineStripe>,
-    /// Bits of a decision id's counter part that number the stripe.
-    stripe_bits: u32,
+    /// Next unissued decision id; threads take blocks of [`ID_BLOCK`].
+    ids: Padded<AtomicU64>,
 }
+
+/// Decision ids a thread owning its slot takes at once.
+const ID_BLOCK: u64 = 1024;
 
 #[derive(Debug, Default)]
 struct EngineStripe {
-    /// Decisions made on this stripe; also the sequence part of their ids.
     decisions: AtomicU64,
+    /// The slot's block of ids: `next_id..end_id` are unissued.
+    next_id: AtomicU64,
+    end_id: AtomicU64,
     counts: [AtomicU64; ENGINE_COUNTS],
 }
 
@@ -128,17 +133,17 @@ pub(crate) enum Count {
 const ENGINE_COUNTS: usize = 6;
 
 impl EngineCounters {
-    pub(crate) fn new(stripes: usize) -> Self {
-        let stripes = Striped::new(stripes);
+    pub(crate) fn new() -> Self {
         EngineCounters {
-            stripe_bits: stripes.len().trailing_zeros(),
-            stripes,
+            stripes: Striped::per_slot(),
+            ids: Padded::default(),
         }
     }
 
     #[inline]
     pub(crate) fn bump(&self, count: Count) {
-        add(&self.stripes.local().counts[count as usize], 1);
+        let local = self.stripes.local_slot();
+        add(&local.value.counts[count as usize], 1, local.exclusive);
     }
 
     pub(crate) fn load(&self, count: Count) -> u64 {
@@ -149,15 +154,26 @@ impl EngineCounters {
         sum(&self.stripes, |s| &s.decisions)
     }
 
-    /// Counts a decision and numbers it within `counter_bits` bits: the stripe in the top
-    /// bits, the stripe's own sequence below, so ids are unique without a shared counter
-    /// (until one stripe's sequence wraps).
+    /// Counts a decision and numbers it. Numbers are unique until the engine has issued
+    /// 2⁶⁴ (callers keep the low bits); a thread owning its slot takes them a block at a
+    /// time, so the shared counter moves once per [`ID_BLOCK`] decisions.
     #[inline]
-    pub(crate) fn next_decision(&self, counter_bits: u32) -> u64 {
-        let (index, stripe) = self.stripes.local_indexed();
-        let n = stripe.decisions.fetch_add(1, Ordering::Relaxed);
-        let seq_bits = counter_bits - self.stripe_bits;
-        ((index as u64) << seq_bits) | (n & ((1u64 << seq_bits) - 1))
+    pub(crate) fn next_decision(&self) -> u64 {
+        let local = self.stripes.local_slot();
+        let s = local.value;
+        add(&s.decisions, 1, local.exclusive);
+        if !local.exclusive {
+            return self.ids.0.fetch_add(1, Ordering::Relaxed);
+        }
+        let next = s.next_id.load(Ordering::Relaxed);
+        if next < s.end_id.load(Ordering::Relaxed) {
+            s.next_id.store(next + 1, Ordering::Relaxed);
+            return next;
+        }
+        let base = self.ids.0.fetch_add(ID_BLOCK, Ordering::Relaxed);
+        s.next_id.store(base + 1, Ordering::Relaxed);
+        s.end_id.store(base + ID_BLOCK, Ordering::Relaxed);
+        base
     }
 }
 

@@ -377,8 +377,8 @@ fn concurrency_units_roll_back_when_another_dimension_refuses() {
 fn unknown_policy_and_too_many_dimensions() {
     let e = engine(vec![local_bucket("api", 1, 1)]);
     let d = e.admit(&one(&[Dimension::policy("nope", &[])]), Nanos(0));
-    assert!(d.allowed);
-    assert_eq!(d.results[0].outcome, Outcome::NoRule);
+    assert!(!d.allowed, "unknown policy ids are refused by default");
+    assert_eq!(d.denial.unwrap().reason, DenyReason::UnknownPolicy);
     let many = [Dimension::policy("api", &[("tenant", "a")]); 9];
     let d = e.admit(&one(&many), Nanos(0));
     assert_eq!(d.denial.unwrap().reason, DenyReason::TooManyDimensions);

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use leasehold_agent::api::listen::{grpc_server, serve_grpc, serve_http};
 use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
-use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles};
+use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
@@ -93,6 +93,9 @@ struct Args {
     /// valid signature by one of them are never spent.
     #[arg(long = "allocator-key")]
     allocator_keys: Vec<String>,
+    /// What native Admit and HTTP dimensions naming an unknown policy id get: deny or allow.
+    #[arg(long)]
+    unknown_policy: Option<UnknownPolicy>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -121,6 +124,7 @@ impl Args {
             listen_insecure: self.listen_insecure,
             state_file: self.state_file,
             allocator_keys: self.allocator_keys,
+            unknown_policy: self.unknown_policy,
         };
         (self.config, overrides)
     }
@@ -231,6 +235,7 @@ async fn run() -> Result<()> {
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
+            .unknown_policy(cfg.unknown_policy)
             .build(rules)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );

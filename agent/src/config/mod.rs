@@ -11,6 +11,7 @@
 //! allocator_tls: { ca: ca.pem, cert: agent-gw-1.pem, key: agent-gw-1-key.pem }
 //! listen_tls: { ca: gateways-ca.pem, cert: agent-gw-1.pem, key: agent-gw-1-key.pem }
 //! response_headers: true
+//! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! ```
 //!
 //! Every field has a flag of the same name (`--grpc-addr`, `--policy` for each entry of
@@ -26,6 +27,7 @@ mod validate;
 mod tests;
 
 use crate::api::listen::ListenAddr;
+pub use crate::engine::UnknownPolicy;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_proto::transport::{ClientTransport, TlsConfigError, TlsPaths, TlsPem};
 use serde::Deserialize;
@@ -150,6 +152,10 @@ pub struct AgentConfig {
     /// Public keys (hex of 32-byte Ed25519 keys) the allocators sign leases with; when
     /// set, a lease without a valid signature by one of them is never spent.
     pub allocator_keys: Vec<String>,
+    /// What native Admit and HTTP dimensions naming a policy id the agent does not have
+    /// get: `deny` (the default) or `allow` (admitted as no rule). Envoy RLS descriptors
+    /// without a rule are always allowed.
+    pub unknown_policy: UnknownPolicy,
 }
 
 impl Default for AgentConfig {
@@ -169,6 +175,7 @@ impl Default for AgentConfig {
             listen_insecure: false,
             state_file: None,
             allocator_keys: Vec::new(),
+            unknown_policy: UnknownPolicy::Deny,
         }
     }
 }
@@ -204,6 +211,8 @@ pub struct Overrides {
     pub state_file: Option<PathBuf>,
     /// `--allocator-key`, repeated.
     pub allocator_keys: Vec<String>,
+    /// `--unknown-policy`.
+    pub unknown_policy: Option<UnknownPolicy>,
 }
 
 impl AgentConfig {
@@ -279,6 +288,7 @@ impl AgentConfig {
         set(&mut self.listen_insecure, flags.listen_insecure);
         set(&mut self.state_file, flags.state_file.map(Some));
         set_list(&mut self.allocator_keys, flags.allocator_keys);
+        set(&mut self.unknown_policy, flags.unknown_policy);
     }
 
     /// The gRPC listen address.

@@ -15,6 +15,7 @@ listen_tls: {ca: gw-ca.pem, cert: listen.pem, key: listen-key.pem}
 listen_insecure: false
 state_file: /var/lib/leasehold/agent.state
 allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
+unknown_policy: allow
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -60,6 +61,7 @@ fn every_field_is_read_from_the_file() {
         allocator_keys: vec![
             "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".into(),
         ],
+        unknown_policy: UnknownPolicy::Allow,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -345,4 +347,32 @@ fn resolve_validates_after_the_flags() {
     .unwrap();
     assert_eq!(c.grpc_addr, "127.0.0.1:18081");
     assert!(c.standalone);
+}
+
+#[test]
+fn unknown_policy_ids_are_denied_unless_allowed_and_bad_settings_are_named() {
+    assert_eq!(parse("").unwrap().unknown_policy, UnknownPolicy::Deny);
+    assert_eq!(
+        parse("unknown_policy: deny\n").unwrap().unknown_policy,
+        UnknownPolicy::Deny
+    );
+    let e = parse("unknown_policy: maybe\n").unwrap_err().to_string();
+    assert!(
+        e.contains("unknown_policy") && e.contains("maybe"),
+        "names the field and the value: {e}"
+    );
+    let mut c = parse("unknown_policy: allow\n").unwrap();
+    c.apply(Overrides {
+        unknown_policy: Some(UnknownPolicy::Deny),
+        ..Overrides::default()
+    });
+    assert_eq!(c.unknown_policy, UnknownPolicy::Deny, "the flag wins");
+    let e = "sometimes"
+        .parse::<UnknownPolicy>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown_policy") && e.contains("sometimes"),
+        "{e}"
+    );
 }

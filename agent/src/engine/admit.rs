@@ -1,16 +1,16 @@
 //! One admission: resolve every dimension, charge in order, undo on refusal.
 
+use super::config::UnknownPolicy;
 use super::decision::{Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension, Target};
 use super::rules::RuleSet;
-use super::stats::EngineCounters;
+use super::stats::Count;
 use super::table::Entry;
 use super::Engine;
 use leasehold_common::policy::envoy::MatchedRule;
 use leasehold_common::time::Nanos;
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
@@ -94,6 +94,9 @@ impl Step {
 pub(crate) struct Ctx<'e> {
     pub(crate) now: Nanos,
     pub(crate) priority: u8,
+    /// Whether charges must be kept for undoing: only when another dimension may refuse
+    /// after this one has charged (a lone dimension that charged has admitted).
+    pub(crate) keep: bool,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
 }
@@ -171,37 +174,54 @@ impl Engine {
     /// Decides `req` at monotonic time `now`. Every dimension admits or nothing is charged.
     /// Allocates nothing on refusal nor for keys that already have state.
     pub fn admit(&self, req: &AdmitRequest<'_>, now: Nanos) -> Decision {
+        // One value, filled in place and returned from one place, so the inline results
+        // are written where the caller receives them rather than copied there.
+        let mut decision = Decision {
+            allowed: false,
+            decision_id: self.next_decision_id(),
+            retry_after_ns: 0,
+            denial: None,
+            results: SmallVec::new(),
+            in_flight: InFlight::default(),
+        };
+        self.decide(req, now, &mut decision);
+        decision
+    }
+
+    #[inline]
+    fn decide(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision) {
         let now = self.clock.observe(now);
-        let decision_id = self.next_decision_id();
         if req.dimensions.len() > self.limits.dimensions_max {
-            EngineCounters::bump(&self.counters.too_many_dimensions);
-            return refused(decision_id, DenyReason::TooManyDimensions, u64::MAX);
+            self.counters.bump(Count::TooManyDimensions);
+            return refuse(decision, DenyReason::TooManyDimensions, u64::MAX);
         }
         if let Some(protector) = &self.protector {
             if let Err(retry_after_ns) = protector.try_take(now) {
-                EngineCounters::bump(&self.counters.self_protection_denied);
-                return refused(decision_id, DenyReason::SelfProtection, retry_after_ns);
+                self.counters.bump(Count::SelfProtectionDenied);
+                return refuse(decision, DenyReason::SelfProtection, retry_after_ns);
             }
         }
         let rules = self.rules.load();
-        let mut resolved: Inline<_> = req.dimensions.iter().map(|d| resolve(&rules, d)).collect();
+        let mut resolved: Inline<_> = SmallVec::new();
+        for d in req.dimensions {
+            resolved.push(resolve(&rules, d));
+        }
         apply_replaces(&mut resolved);
 
         let mut ctx = Ctx {
             now,
             priority: req.priority,
+            keep: req.dimensions.len() > 1,
             wall: None,
             clock: &self.wall_clock,
         };
-        let mut results: Inline<DimensionResult> = SmallVec::new();
-        let mut charges: Inline<Option<Charge>> = SmallVec::new();
-        let mut denial: Option<Denial> = None;
-        let mut retry_after_ns = 0;
+        let mut charges: Inline<(Option<Charge>, u64)> = SmallVec::new();
         for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
-            let step = if denial.is_some() {
+            let units = res.policy().map_or(0, |p| units_of(p, req));
+            let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else {
-                self.check(*res, dim, req, &mut ctx)
+                self.check(*res, dim, units, &mut ctx)
             };
             let refusal = match step.outcome {
                 Outcome::Denied(reason) => Some(reason),
@@ -209,64 +229,57 @@ impl Engine {
                 _ => None,
             };
             if let Some(reason) = refusal {
-                denial = Some(Denial {
+                decision.denial = Some(Denial {
                     dimension: Some(i),
                     reason,
                 });
-                retry_after_ns = step.retry_after_ns;
+                decision.retry_after_ns = step.retry_after_ns;
             }
-            results.push(result_of(*res, &step));
-            charges.push(step.charge);
+            decision.results.push(result_of(*res, &step));
+            charges.push((step.charge, units));
         }
 
-        let mut in_flight = InFlight::default();
-        for (i, charge) in charges.into_iter().enumerate() {
-            let Some(charge) = charge else { continue };
-            if denial.is_some() {
-                self.undo(charge);
-                results[i].outcome = Outcome::RolledBack;
-            } else if let Charge::InFlight { entry, units } = charge {
-                in_flight.push(entry, units);
+        let refused = decision.denial.is_some();
+        decision.allowed = !refused;
+        for (i, (charge, units)) in charges.drain(..).enumerate() {
+            if let Some(charge) = charge {
+                if refused {
+                    self.undo(charge);
+                    decision.results[i].outcome = Outcome::RolledBack;
+                } else if let Charge::InFlight { entry, units } = charge {
+                    decision.in_flight.push(entry, units);
+                }
             }
-        }
-        for (result, (res, _)) in results.iter().zip(&resolved) {
-            if let Some(p) = res.policy() {
-                p.runtime.counters.record(result.outcome, units_of(p, req));
+            if let Some(p) = resolved[i].0.policy() {
+                p.runtime
+                    .counters
+                    .record(decision.results[i].outcome, units);
             }
-        }
-        Decision {
-            allowed: denial.is_none(),
-            decision_id,
-            retry_after_ns,
-            denial,
-            results,
-            in_flight,
         }
     }
 
+    #[inline]
     fn next_decision_id(&self) -> u64 {
-        let n = self.counters.decisions.fetch_add(1, Ordering::Relaxed);
         let counter_bits = 64 - super::config::INSTANCE_BITS;
+        let n = self.counters.next_decision();
         (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
     }
 
-    fn check(
-        &self,
-        res: Resolved<'_>,
-        dim: &Dimension<'_>,
-        req: &AdmitRequest<'_>,
-        ctx: &mut Ctx<'_>,
-    ) -> Step {
+    fn check(&self, res: Resolved<'_>, dim: &Dimension<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
         match res {
             Resolved::NoRule => Step::pass(Outcome::NoRule),
             Resolved::UnknownPolicy => {
-                EngineCounters::bump(&self.counters.unknown_policy);
-                Step::pass(Outcome::NoRule)
+                self.counters.bump(Count::UnknownPolicy);
+                match self.unknown_policy {
+                    UnknownPolicy::Allow => Step::pass(Outcome::NoRule),
+                    // Nothing to wait for: the id is unknown until the rules change.
+                    UnknownPolicy::Deny => Step::deny(DenyReason::UnknownPolicy, 0, u64::MAX),
+                }
             }
             Resolved::Unlimited => Step::pass(Outcome::Unlimited),
             Resolved::Replaced(_) => Step::pass(Outcome::Replaced),
             Resolved::ZeroLimit { shadow } => {
-                EngineCounters::bump(&self.counters.zero_limit_denied);
+                self.counters.bump(Count::ZeroLimitDenied);
                 let step = Step::deny(DenyReason::ZeroLimit, 0, u64::MAX);
                 if shadow {
                     Step::pass(Outcome::ShadowDenied(DenyReason::ZeroLimit))
@@ -275,7 +288,7 @@ impl Engine {
                 }
             }
             Resolved::Policy(p) => {
-                let step = self.check_policy(p, dim.entries, units_of(p, req), ctx);
+                let step = self.check_policy(p, dim.entries, units, ctx);
                 shadowed(p, step)
             }
         }
@@ -337,7 +350,7 @@ fn shadowed(p: &CompiledPolicy, step: Step) -> Step {
 fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
     match res.policy() {
         Some(p) => DimensionResult {
-            policy_id: Some(Arc::clone(&p.id)),
+            policy_id: Some(p.pid.clone()),
             policy_version: p.version,
             outcome: step.outcome,
             limit: p.capacity,
@@ -348,16 +361,10 @@ fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
     }
 }
 
-fn refused(decision_id: u64, reason: DenyReason, retry_after_ns: u64) -> Decision {
-    Decision {
-        allowed: false,
-        decision_id,
-        retry_after_ns,
-        denial: Some(Denial {
-            dimension: None,
-            reason,
-        }),
-        results: SmallVec::new(),
-        in_flight: InFlight::default(),
-    }
+fn refuse(decision: &mut Decision, reason: DenyReason, retry_after_ns: u64) {
+    decision.retry_after_ns = retry_after_ns;
+    decision.denial = Some(Denial {
+        dimension: None,
+        reason,
+    });
 }

@@ -4,19 +4,29 @@ use super::admit::{Charge, Ctx, Step};
 use super::decision::{DenyReason, Outcome};
 use super::local::LocalLimiter;
 use super::policy::{CompiledPolicy, Emergency};
-use super::stats::EngineCounters;
+use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
 use super::Engine;
 use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
-use leasehold_common::key::KeyBuilder;
+use leasehold_common::key::{KeyBuilder, KEY_LEN_MAX_DEFAULT};
 use leasehold_common::rate::Rate;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+/// Key buffers of one thread: the fast path's and the general builder's.
+#[derive(Default)]
+struct KeyBuffers {
+    fast: String,
+    builder: KeyBuilder,
+}
+
 thread_local! {
     /// Keys are built here, so that building a key for an existing entry allocates nothing
-    /// once the buffer has grown to the longest key.
-    static KEYS: RefCell<KeyBuilder> = RefCell::new(KeyBuilder::new());
+    /// once the buffers have grown to the longest key.
+    static KEYS: RefCell<KeyBuffers> = RefCell::new(KeyBuffers {
+        fast: String::with_capacity(KEY_LEN_MAX_DEFAULT),
+        builder: KeyBuilder::new(),
+    });
 }
 
 impl Engine {
@@ -36,56 +46,80 @@ impl Engine {
         }
         KEYS.with(|keys| {
             let mut keys = keys.borrow_mut();
-            let Ok(built) = keys.build(&p.schema, entries) else {
-                return Step {
-                    retry_after_ns: u64::MAX,
-                    ..Step::pass(Outcome::InvalidKey)
-                };
-            };
-            let (key, entry) = match built.overflow {
-                Some(_) => (
-                    p.schema.overflow_key(),
-                    Arc::clone(p.overflow_entry(ctx.now)),
-                ),
-                None => match self.entry(p, built.key, ctx) {
-                    Ok(entry) => (built.key, entry),
-                    Err(TableFull) => {
-                        EngineCounters::bump(&self.counters.table_full);
-                        let overflow = Arc::clone(p.overflow_entry(ctx.now));
-                        (p.schema.overflow_key(), overflow)
+            let KeyBuffers { fast, builder } = &mut *keys;
+            let key: &str = if p.fast_key.build(entries, fast) {
+                fast
+            } else {
+                match builder.build(&p.schema, entries) {
+                    Err(_) => {
+                        return Step {
+                            retry_after_ns: u64::MAX,
+                            ..Step::pass(Outcome::InvalidKey)
+                        }
                     }
-                },
-            };
-            entry.touch(ctx.now);
-            if units > p.capacity {
-                return Step::deny(DenyReason::CostAboveCapacity, 0, u64::MAX);
-            }
-            if let Emergency::Restricted { min_priority, rate } = emergency {
-                return restricted(&entry, units, min_priority, rate, ctx);
-            }
-            match &entry.state {
-                EntryState::Leased { slot, .. } => {
-                    let step = self.check_leased(p, key, &entry, units, ctx);
-                    if p.shadow && matches!(step.outcome, Outcome::Denied(_)) {
-                        slot.note_shadow_denied();
+                    Ok(built) if built.overflow.is_some() => {
+                        let overflow = p.overflow_entry(ctx.now);
+                        let key = p.schema.overflow_key();
+                        return self.on_entry(p, key, overflow, units, emergency, ctx);
                     }
-                    step
+                    Ok(built) => built.key,
                 }
-                EntryState::Local(_) => check_local(&entry, units, ctx),
-                EntryState::InFlight { .. } => check_in_flight(&entry, units),
+            };
+            let hash = self.table.hash(key);
+            let found = self.table.with(key, hash, p.generation, |entry| {
+                self.on_entry(p, key, entry, units, emergency, ctx)
+            });
+            if let Some(step) = found {
+                return step;
+            }
+            let now = ctx.now;
+            let made = self
+                .table
+                .get_or_insert(key, hash, p.generation, now, |stale| {
+                    p.new_state(stale, now)
+                });
+            match made {
+                Ok((entry, _)) => self.on_entry(p, key, &entry, units, emergency, ctx),
+                Err(TableFull) => {
+                    self.counters.bump(Count::TableFull);
+                    let overflow = p.overflow_entry(now);
+                    let key = p.schema.overflow_key();
+                    self.on_entry(p, key, overflow, units, emergency, ctx)
+                }
             }
         })
     }
 
-    /// The key's state for the current policy version, made on first use.
-    fn entry(&self, p: &CompiledPolicy, key: &str, ctx: &Ctx<'_>) -> Result<Arc<Entry>, TableFull> {
-        if let Some(entry) = self.table.get(key, p.generation) {
-            return Ok(entry);
+    /// Checks one key's state. Runs inside the key table's read section: it must not
+    /// write to the table.
+    #[inline]
+    fn on_entry(
+        &self,
+        p: &CompiledPolicy,
+        key: &str,
+        entry: &Arc<Entry>,
+        units: u64,
+        emergency: Emergency,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        entry.touch(ctx.now, self.table.touch_ns());
+        if units > p.capacity {
+            return Step::deny(DenyReason::CostAboveCapacity, 0, u64::MAX);
         }
-        let now = ctx.now;
-        self.table
-            .get_or_insert(key, p.generation, now, |stale| p.new_entry(stale, now))
-            .map(|(entry, _)| entry)
+        if let Emergency::Restricted { min_priority, rate } = emergency {
+            return restricted(entry, units, min_priority, rate, ctx);
+        }
+        match &entry.state {
+            EntryState::Leased { slot, .. } => {
+                let step = self.check_leased(p, key, entry, units, ctx);
+                if p.shadow && matches!(step.outcome, Outcome::Denied(_)) {
+                    slot.note_shadow_denied();
+                }
+                step
+            }
+            EntryState::Local(_) => check_local(entry, units, ctx),
+            EntryState::InFlight { .. } => check_in_flight(entry, units),
+        }
     }
 }
 
@@ -116,7 +150,7 @@ fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
         remaining: charge.remaining,
         reset_after_ns: charge.reset_after_ns,
         retry_after_ns: 0,
-        charge: Some(Charge::Local {
+        charge: ctx.keep.then(|| Charge::Local {
             entry: Arc::clone(entry),
             units,
             at: ctx.now,
@@ -170,7 +204,7 @@ pub(crate) fn restricted(
             remaining,
             reset_after_ns: bucket.ns_until(bucket.burst()),
             retry_after_ns: 0,
-            charge: Some(Charge::Emergency {
+            charge: ctx.keep.then(|| Charge::Emergency {
                 entry: Arc::clone(entry),
                 units,
                 at: ctx.now,

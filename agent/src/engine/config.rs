@@ -79,6 +79,47 @@ impl EngineLimits {
     }
 }
 
+/// What a dimension naming a policy id the rule set does not have gets.
+///
+/// Native and HTTP callers name policies explicitly, so an unknown id is usually a typo or
+/// a policy not yet delivered: refusing keeps a mistake from quietly admitting everything.
+/// envoyproxy/ratelimit descriptors are unaffected: a descriptor no rule matches is
+/// always `NoRule`, as in envoyproxy/ratelimit.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownPolicy {
+    /// Refuse with [`DenyReason::UnknownPolicy`](super::DenyReason::UnknownPolicy).
+    #[default]
+    Deny,
+    /// Admit uncharged as [`Outcome::NoRule`](super::Outcome::NoRule).
+    Allow,
+}
+
+impl UnknownPolicy {
+    /// The setting's name in configuration (`deny`, `allow`).
+    pub fn name(self) -> &'static str {
+        match self {
+            UnknownPolicy::Deny => "deny",
+            UnknownPolicy::Allow => "allow",
+        }
+    }
+}
+
+impl std::str::FromStr for UnknownPolicy {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self, EngineError> {
+        match s {
+            "deny" => Ok(UnknownPolicy::Deny),
+            "allow" => Ok(UnknownPolicy::Allow),
+            other => Err(EngineError::Setting {
+                field: "unknown_policy",
+                reason: format!("'{other}' is not one of deny, allow"),
+            }),
+        }
+    }
+}
+
 /// Reads wall-clock time; used only by calendar quotas and for `effective_at`.
 pub type WallClock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
 
@@ -90,6 +131,7 @@ pub struct EngineBuilder {
     pub(crate) self_protection: Option<SelfProtection>,
     pub(crate) wall_clock: WallClock,
     pub(crate) start: Nanos,
+    pub(crate) unknown_policy: UnknownPolicy,
 }
 
 impl Default for EngineBuilder {
@@ -100,6 +142,7 @@ impl Default for EngineBuilder {
             self_protection: None,
             wall_clock: Arc::new(jiff::Timestamp::now),
             start: Nanos::ZERO,
+            unknown_policy: UnknownPolicy::default(),
         }
     }
 }
@@ -135,6 +178,12 @@ impl EngineBuilder {
         clock: impl Fn() -> jiff::Timestamp + Send + Sync + 'static,
     ) -> Self {
         self.wall_clock = Arc::new(clock);
+        self
+    }
+
+    /// What dimensions naming an unknown policy id get (default: refused).
+    pub fn unknown_policy(mut self, setting: UnknownPolicy) -> Self {
+        self.unknown_policy = setting;
         self
     }
 

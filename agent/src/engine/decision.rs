@@ -33,6 +33,9 @@ pub enum DenyReason {
     TooManyDimensions,
     /// The acquire queue is full, so the key's lease cannot be asked for yet.
     AcquireQueueFull,
+    /// The dimension names a policy id the rule set does not have, and the engine's
+    /// [`UnknownPolicy`](super::UnknownPolicy) setting is `Deny`.
+    UnknownPolicy,
 }
 
 /// What happened to one dimension.
@@ -51,7 +54,8 @@ pub enum Outcome {
     Restricted,
     /// Admitted: the policy's kill switch is on.
     KillSwitch,
-    /// No rule limits this descriptor (or the policy id is unknown): not limited.
+    /// No rule limits this descriptor (or the policy id is unknown and the engine allows
+    /// unknown ids): not limited.
     NoRule,
     /// An envoyproxy/ratelimit rule with `unlimited: true`.
     Unlimited,
@@ -76,12 +80,85 @@ impl Outcome {
     }
 }
 
+/// Longest policy id a [`PolicyId`] holds inline.
+pub const POLICY_ID_INLINE_MAX: usize = 22;
+
+/// A policy id in a decision. Ids of up to [`POLICY_ID_INLINE_MAX`] bytes are copied
+/// inline, so putting them in a decision writes no reference count that every thread
+/// deciding for the policy shares; longer ids share the policy's allocation.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PolicyId(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; POLICY_ID_INLINE_MAX],
+    },
+    Shared(Arc<str>),
+}
+
+impl PolicyId {
+    /// The id of a compiled policy whose id is `id`.
+    pub(crate) fn new(id: &Arc<str>) -> PolicyId {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= POLICY_ID_INLINE_MAX => {
+                let mut bytes = [0; POLICY_ID_INLINE_MAX];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                PolicyId(Repr::Inline { len, bytes })
+            }
+            _ => PolicyId(Repr::Shared(Arc::clone(id))),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Copied whole from a `str` in `new`, so always UTF-8.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Repr::Shared(id) => id,
+        }
+    }
+}
+
+impl std::ops::Deref for PolicyId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for PolicyId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for PolicyId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The answer for one dimension, in request order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DimensionResult {
     /// The policy the dimension was checked against (`None` for no rule, unlimited and
     /// zero-limit Envoy rules).
-    pub policy_id: Option<Arc<str>>,
+    pub policy_id: Option<PolicyId>,
     pub policy_version: u64,
     pub outcome: Outcome,
     /// The policy's capacity (burst, window limit, quota or in-flight maximum); 0 if none.
@@ -159,3 +236,7 @@ impl Drop for InFlight {
         self.release();
     }
 }
+
+// Decisions keep every result inline and are returned by value: a larger result makes
+// every decision copy more.
+const _: () = assert!(std::mem::size_of::<DimensionResult>() <= 64);

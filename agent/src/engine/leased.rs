@@ -5,7 +5,7 @@ use super::admit::{Charge, Ctx, Step};
 use super::check::restricted;
 use super::decision::{DenyReason, Outcome};
 use super::policy::CompiledPolicy;
-use super::stats::EngineCounters;
+use super::stats::Count;
 use super::table::{Entry, EntryState, NOT_ACQUIRING};
 use super::Engine;
 use crate::credit::{CreditSlot, SlotState, SpendTicket};
@@ -40,7 +40,7 @@ impl Engine {
             return self.on_failure(p, entry, slot, units, ctx);
         }
         if let Some(ticket) = slot.try_spend(units, now.0) {
-            return admitted(p, entry, slot, units, ticket);
+            return admitted(p, entry, slot, units, ticket, ctx.keep);
         }
         if state != SlotState::Acquiring && state != SlotState::Idle {
             // The wait for a lease restarts whenever the slot next waits for one.
@@ -90,7 +90,7 @@ impl Engine {
             return Ok(());
         }
         slot.transition(SlotState::Acquiring, SlotState::Idle);
-        EngineCounters::bump(&self.counters.acquire_queue_full);
+        self.counters.bump(Count::AcquireQueueFull);
         Err(DenyReason::AcquireQueueFull)
     }
 
@@ -158,6 +158,7 @@ fn admitted(
     slot: &CreditSlot,
     units: u64,
     ticket: SpendTicket,
+    keep: bool,
 ) -> Step {
     let remaining = slot.remaining();
     Step {
@@ -165,7 +166,7 @@ fn admitted(
         remaining,
         reset_after_ns: p.ns_to_earn(p.capacity.saturating_sub(remaining)),
         retry_after_ns: 0,
-        charge: Some(Charge::Slot {
+        charge: keep.then(|| Charge::Slot {
             entry: Arc::clone(entry),
             units,
             ticket,

@@ -30,32 +30,41 @@
 //! acquire with a new slot, so the manager should release (or hand over) the old lease for
 //! that key rather than hold two.
 //!
-//! The hot path allocates nothing for existing keys nor on any refusal (P5): keys are built
-//! in a thread-local buffer, results live inline in the [`Decision`], and the key table is
-//! read under a shard read lock. Time goes through a [`SharedClockGuard`], so readings that
-//! step back are clamped and counted (P3).
+//! A dimension naming a policy id the rule set does not have is refused, or admitted as no
+//! rule, as the engine's [`UnknownPolicy`] setting says (refused by default).
+//!
+//! The hot path allocates nothing for existing keys nor on any refusal (P5), and on
+//! existing keys writes no cache line that every thread writes: keys are built in a
+//! thread-local buffer (the common case by copying slices), hashed once and compared in
+//! place in a single-level sharded table read under a lock whose readers count themselves
+//! per thread; results (policy ids included) live inline in the [`Decision`]; decision ids,
+//! counters and the monotonic guard are kept per thread stripe and summed when read. Time
+//! readings that step back on a thread are clamped and counted (P3).
 
 mod acquire;
 mod admit;
 mod check;
 mod config;
 mod decision;
+mod fastkey;
 mod leased;
 mod local;
 mod policy;
 mod protect;
+mod readlock;
 mod request;
 mod rules;
 mod stats;
+mod stripes;
 mod table;
 
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
-    EngineBuilder, EngineLimits, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT, ACQUIRE_WAIT_MAX_NS_DEFAULT,
-    KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT, SHARDS_DEFAULT,
+    EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,
+    ACQUIRE_WAIT_MAX_NS_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT, SHARDS_DEFAULT,
 };
 pub use decision::{
-    Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, DIMENSIONS_LIMIT,
+    Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
 };
 pub use local::LocalConfigError;
 pub use policy::Emergency;
@@ -66,13 +75,14 @@ pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
 use arc_swap::ArcSwap;
 use leasehold_common::policy::PolicyVersion;
-use leasehold_common::time::{Nanos, SharedClockGuard};
+use leasehold_common::time::Nanos;
 use parking_lot::Mutex;
 use protect::Protector;
 use rules::RuleSet;
-use stats::EngineCounters;
+use stats::{Count, EngineCounters};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
+use stripes::StripedClock;
 use table::KeyTable;
 
 /// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
@@ -81,8 +91,9 @@ pub struct Engine {
     /// Serialises reloads so that each builds on the rule set it replaces.
     reload_lock: Mutex<()>,
     table: KeyTable,
-    clock: SharedClockGuard,
+    clock: StripedClock,
     limits: EngineLimits,
+    unknown_policy: UnknownPolicy,
     instance_id: u32,
     protector: Option<Protector>,
     wall_clock: WallClock,
@@ -108,6 +119,7 @@ impl EngineBuilder {
         let wall = (self.wall_clock)();
         let set = RuleSet::build(rules, None, self.limits.key_len_max, wall)?;
         let (acquire_tx, acquire_rx) = acquire::channel(self.limits.acquire_queue_max);
+        let stripes = stripes::stripe_count();
         Ok(Engine {
             rules: ArcSwap::from_pointee(set),
             reload_lock: Mutex::new(()),
@@ -115,15 +127,17 @@ impl EngineBuilder {
                 self.limits.keys_max,
                 self.limits.shards,
                 self.limits.key_idle_ns,
+                stripes,
             ),
-            clock: SharedClockGuard::new(self.start),
+            clock: StripedClock::new(self.start),
             limits: self.limits,
+            unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
             protector: self.self_protection.map(|s| Protector::new(s, self.start)),
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
-            counters: EngineCounters::default(),
+            counters: EngineCounters::new(),
         })
     }
 }
@@ -131,6 +145,11 @@ impl EngineBuilder {
 impl Engine {
     pub fn builder() -> EngineBuilder {
         EngineBuilder::new()
+    }
+
+    /// What dimensions naming an unknown policy id get.
+    pub fn unknown_policy(&self) -> UnknownPolicy {
+        self.unknown_policy
     }
 
     /// Replaces the rule set atomically. Policies whose id, version and content did not
@@ -251,7 +270,6 @@ impl Engine {
     /// A snapshot of every counter.
     pub fn stats(&self) -> EngineStats {
         let rules = self.rules.load();
-        let load = EngineCounters::load;
         let c = &self.counters;
         EngineStats {
             policies: rules
@@ -263,13 +281,13 @@ impl Engine {
                     counters: p.runtime.counters.snapshot(),
                 })
                 .collect(),
-            decisions: load(&c.decisions),
-            self_protection_denied: load(&c.self_protection_denied),
-            too_many_dimensions: load(&c.too_many_dimensions),
-            table_full: load(&c.table_full),
-            acquire_queue_full: load(&c.acquire_queue_full),
-            unknown_policy: load(&c.unknown_policy),
-            zero_limit_denied: load(&c.zero_limit_denied),
+            decisions: c.decisions(),
+            self_protection_denied: c.load(Count::SelfProtectionDenied),
+            too_many_dimensions: c.load(Count::TooManyDimensions),
+            table_full: c.load(Count::TableFull),
+            acquire_queue_full: c.load(Count::AcquireQueueFull),
+            unknown_policy: c.load(Count::UnknownPolicy),
+            zero_limit_denied: c.load(Count::ZeroLimitDenied),
             keys: self.table.len(),
             keys_max: self.table.capacity(),
             evictions: self.table.evictions(),

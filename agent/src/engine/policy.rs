@@ -1,5 +1,7 @@
 //! A policy prepared for the hot path, and the per-policy state that outlives reloads.
 
+use super::decision::PolicyId;
+use super::fastkey::FastKey;
 use super::local::LocalSpec;
 use super::stats::PolicyCounters;
 use super::table::{Entry, EntryState};
@@ -92,11 +94,15 @@ pub(crate) struct RestrictedSpec {
 #[derive(Debug)]
 pub(crate) struct CompiledPolicy {
     pub(crate) id: Arc<str>,
+    /// `id`, for decisions.
+    pub(crate) pid: PolicyId,
     pub(crate) version: u64,
     /// Unique per compiled version; key state built for another generation is rebuilt.
     pub(crate) generation: u64,
     pub(crate) policy: Policy,
     pub(crate) schema: KeySchema,
+    /// The common case of building this policy's keys.
+    pub(crate) fast_key: FastKey,
     pub(crate) enforcement: Enforcement,
     pub(crate) capacity: u64,
     pub(crate) rate: Option<Rate>,
@@ -129,8 +135,8 @@ impl CompiledPolicy {
     /// Fresh state for one key at `now`. A leased key keeps the slot of `stale` (its
     /// previous state under an older version): the lease manager owns that lease and
     /// reconciles its version; a second slot would ask for a second lease.
-    pub(crate) fn new_entry(&self, stale: Option<&Entry>, now: Nanos) -> Entry {
-        let state = match &self.enforcement {
+    pub(crate) fn new_state(&self, stale: Option<&Entry>, now: Nanos) -> EntryState {
+        match &self.enforcement {
             Enforcement::Leased => {
                 let slot = stale
                     .and_then(|e| match &e.state {
@@ -155,18 +161,31 @@ impl CompiledPolicy {
                     .unwrap_or_default(),
                 max: *max_in_flight,
             },
-        };
-        Entry::new(self.generation, state, now)
+        }
+    }
+
+    /// State of the overflow key (kept outside the key table), following `stale`.
+    pub(crate) fn new_overflow(&self, stale: Option<&Entry>, now: Nanos) -> Entry {
+        let key: Box<str> = self.schema.overflow_key().into();
+        let state = self.new_state(stale, now);
+        Entry::new(key, 0, self.generation, state, now)
     }
 
     /// The overflow key's state, made on first use.
     pub(crate) fn overflow_entry(&self, now: Nanos) -> &Arc<Entry> {
         self.overflow
-            .get_or_init(|| Arc::new(self.new_entry(None, now)))
+            .get_or_init(|| Arc::new(self.new_overflow(None, now)))
     }
 
     /// Time for the policy's rate to produce `units`; a retry hint for leased credit.
+    #[inline]
     pub(crate) fn ns_to_earn(&self, units: u64) -> u64 {
-        self.rate.map_or(0, |r| r.ns_until(units, 0))
+        let Some(rate) = self.rate else { return 0 };
+        // The same ceiling in 64 bits when the product fits; the 128-bit division is a
+        // library call.
+        match units.checked_mul(rate.period_ns()) {
+            Some(need) if units > 0 => need.div_ceil(rate.units()),
+            _ => rate.ns_until(units, 0),
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! The rule set: Leasehold policies and envoyproxy/ratelimit rules, compiled for the hot
 //! path and swapped whole on reload.
 
+use super::decision::PolicyId;
+use super::fastkey::FastKey;
 use super::local::{LocalConfigError, LocalSpec};
 use super::policy::{
     is_leased, next_generation, CompiledPolicy, Enforcement, PolicyRuntime, RestrictedSpec,
@@ -221,10 +223,13 @@ fn compile(
         }
         _ => None,
     };
+    let id = previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id));
     let compiled = CompiledPolicy {
-        id: previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id)),
+        pid: PolicyId::new(&id),
+        id,
         version,
         generation: next_generation(),
+        fast_key: FastKey::new(policy, &schema),
         schema,
         enforcement,
         capacity: policy.capacity().unwrap_or(0),
@@ -243,7 +248,7 @@ fn compile(
     // Overflow entries live outside the key table, so their last-use time is irrelevant.
     if let Some(stale) = previous.and_then(|p| p.overflow.get()) {
         if compiled.is_leased() && previous.is_some_and(|p| p.is_leased()) {
-            let entry = compiled.new_entry(Some(stale), Nanos::ZERO);
+            let entry = compiled.new_overflow(Some(stale), Nanos::ZERO);
             let _ = compiled.overflow.set(Arc::new(entry));
         }
     }

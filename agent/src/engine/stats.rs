@@ -3,58 +3,68 @@
 //! Counters are per policy id, never per key, so their number is bounded by the rule set.
 
 use super::decision::Outcome;
+use super::stripes::{add, stripe_count, sum, Padded, Striped};
 use leasehold_common::time::RollbackStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Live counters of one policy, in units (cost × hits).
-#[derive(Debug, Default)]
+/// Where a dimension's units are booked; `offered` is the sum of all of them.
+const ADMITTED: usize = 0;
+const REJECTED: usize = 1;
+const ROLLED_BACK: usize = 2;
+const NOT_EVALUATED: usize = 3;
+const SHADOW_DENIED: usize = 4;
+const FAIL_OPEN: usize = 5;
+const RESTRICTED: usize = 6;
+const KILL_SWITCH: usize = 7;
+const POLICY_COUNTERS: usize = 8;
+
+/// Live counters of one policy, in units (cost × hits), one set per thread stripe so that
+/// threads deciding for the same policy do not share a written line.
+#[derive(Debug)]
 pub(crate) struct PolicyCounters {
-    offered: AtomicU64,
-    admitted: AtomicU64,
-    rejected: AtomicU64,
-    rolled_back: AtomicU64,
-    not_evaluated: AtomicU64,
-    shadow_denied: AtomicU64,
-    fail_open: AtomicU64,
-    restricted: AtomicU64,
-    kill_switch: AtomicU64,
+    stripes: Striped<[AtomicU64; POLICY_COUNTERS]>,
 }
 
-fn add(counter: &AtomicU64, units: u64) {
-    counter.fetch_add(units, Ordering::Relaxed);
+impl Default for PolicyCounters {
+    fn default() -> Self {
+        PolicyCounters {
+            stripes: Striped::new(stripe_count()),
+        }
+    }
 }
 
 impl PolicyCounters {
     /// Books `units` offered to the policy under the dimension's final outcome.
+    #[inline]
     pub(crate) fn record(&self, outcome: Outcome, units: u64) {
-        let counter = match outcome {
-            Outcome::Admitted => &self.admitted,
-            Outcome::Denied(_) | Outcome::InvalidKey => &self.rejected,
-            Outcome::RolledBack => &self.rolled_back,
-            Outcome::Skipped => &self.not_evaluated,
-            Outcome::ShadowDenied(_) => &self.shadow_denied,
-            Outcome::FailOpen => &self.fail_open,
-            Outcome::Restricted => &self.restricted,
-            Outcome::KillSwitch => &self.kill_switch,
+        let index = match outcome {
+            Outcome::Admitted => ADMITTED,
+            Outcome::Denied(_) | Outcome::InvalidKey => REJECTED,
+            Outcome::RolledBack => ROLLED_BACK,
+            Outcome::Skipped => NOT_EVALUATED,
+            Outcome::ShadowDenied(_) => SHADOW_DENIED,
+            Outcome::FailOpen => FAIL_OPEN,
+            Outcome::Restricted => RESTRICTED,
+            Outcome::KillSwitch => KILL_SWITCH,
             // The policy was not applied to the request: nothing was offered to it.
             Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => return,
         };
-        add(&self.offered, units);
-        add(counter, units);
+        add(&self.stripes.local()[index], units, false);
     }
 
     pub(crate) fn snapshot(&self) -> PolicyCountersSnapshot {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = |i: usize| sum(&self.stripes, |s| &s[i]);
+        let by: [u64; POLICY_COUNTERS] = std::array::from_fn(get);
         PolicyCountersSnapshot {
-            offered: get(&self.offered),
-            admitted: get(&self.admitted),
-            rejected: get(&self.rejected),
-            rolled_back: get(&self.rolled_back),
-            not_evaluated: get(&self.not_evaluated),
-            shadow_denied: get(&self.shadow_denied),
-            fail_open: get(&self.fail_open),
-            restricted: get(&self.restricted),
-            kill_switch: get(&self.kill_switch),
+            offered: by.iter().fold(0u64, |a, b| a.wrapping_add(*b)),
+            admitted: by[ADMITTED],
+            rejected: by[REJECTED],
+            rolled_back: by[ROLLED_BACK],
+            not_evaluated: by[NOT_EVALUATED],
+            shadow_denied: by[SHADOW_DENIED],
+            fail_open: by[FAIL_OPEN],
+            restricted: by[RESTRICTED],
+            kill_switch: by[KILL_SWITCH],
         }
     }
 }
@@ -90,21 +100,80 @@ pub struct PolicyStats {
     pub counters: PolicyCountersSnapshot,
 }
 
-/// Engine-wide counters (requests, not units).
-#[derive(Debug, Default)]
+/// Engine-wide counters (requests, not units), one set per thread slot.
+#[derive(Debug)]
 pub(crate) struct EngineCounters {
-    pub(crate) decisions: AtomicU64,
-    pub(crate) self_protection_denied: AtomicU64,
-    pub(crate) too_many_dimensions: AtomicU64,
-    pub(crate) table_full: AtomicU64,
-    pub(crate) acquire_queue_full: AtomicU64,
-    pub(crate) unknown_policy: AtomicU64,
-    pub(crate) zero_limit_denied: AtomicU64,
+    stripes: Striped<EngineStripe>,
+    /// Next unissued decision id; threads take blocks of [`ID_BLOCK`].
+    ids: Padded<AtomicU64>,
 }
 
+/// Decision ids a thread owning its slot takes at once.
+const ID_BLOCK: u64 = 1024;
+
+#[derive(Debug, Default)]
+struct EngineStripe {
+    decisions: AtomicU64,
+    /// The slot's block of ids: `next_id..end_id` are unissued.
+    next_id: AtomicU64,
+    end_id: AtomicU64,
+    counts: [AtomicU64; ENGINE_COUNTS],
+}
+
+/// Engine-wide request counters besides decisions.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Count {
+    SelfProtectionDenied,
+    TooManyDimensions,
+    TableFull,
+    AcquireQueueFull,
+    UnknownPolicy,
+    ZeroLimitDenied,
+}
+const ENGINE_COUNTS: usize = 6;
+
 impl EngineCounters {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn new() -> Self {
+        EngineCounters {
+            stripes: Striped::per_slot(),
+            ids: Padded::default(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn bump(&self, count: Count) {
+        let local = self.stripes.local_slot();
+        add(&local.value.counts[count as usize], 1, local.exclusive);
+    }
+
+    pub(crate) fn load(&self, count: Count) -> u64 {
+        sum(&self.stripes, |s| &s.counts[count as usize])
+    }
+
+    pub(crate) fn decisions(&self) -> u64 {
+        sum(&self.stripes, |s| &s.decisions)
+    }
+
+    /// Counts a decision and numbers it. Numbers are unique until the engine has issued
+    /// 2⁶⁴ (callers keep the low bits); a thread owning its slot takes them a block at a
+    /// time, so the shared counter moves once per [`ID_BLOCK`] decisions.
+    #[inline]
+    pub(crate) fn next_decision(&self) -> u64 {
+        let local = self.stripes.local_slot();
+        let s = local.value;
+        add(&s.decisions, 1, local.exclusive);
+        if !local.exclusive {
+            return self.ids.0.fetch_add(1, Ordering::Relaxed);
+        }
+        let next = s.next_id.load(Ordering::Relaxed);
+        if next < s.end_id.load(Ordering::Relaxed) {
+            s.next_id.store(next + 1, Ordering::Relaxed);
+            return next;
+        }
+        let base = self.ids.0.fetch_add(ID_BLOCK, Ordering::Relaxed);
+        s.next_id.store(base + 1, Ordering::Relaxed);
+        s.end_id.store(base + ID_BLOCK, Ordering::Relaxed);
+        base
     }
 }
 
@@ -122,7 +191,8 @@ pub struct EngineStats {
     pub table_full: u64,
     /// First-lease requests that found the acquire queue full.
     pub acquire_queue_full: u64,
-    /// Dimensions naming a policy id the rule set does not have (admitted as no rule).
+    /// Dimensions naming a policy id the rule set does not have (refused, or admitted as
+    /// no rule, as the engine's [`UnknownPolicy`](super::UnknownPolicy) setting says).
     pub unknown_policy: u64,
     /// Dimensions refused by an envoyproxy/ratelimit rule with `requests_per_unit: 0`.
     pub zero_limit_denied: u64,
@@ -132,10 +202,4 @@ pub struct EngineStats {
     pub evictions: u64,
     /// Time readings that went backwards and were clamped (P3).
     pub clock: RollbackStats,
-}
-
-impl EngineCounters {
-    pub(crate) fn load(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
 }

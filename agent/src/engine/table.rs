@@ -1,19 +1,24 @@
-//! Per-key state in a sharded, bounded map (P4).
+//! Per-key state in a sharded, bounded table (P4).
 //!
 //! Keys are attacker-influenced, so the table has a hard cap (`keys_max`, split evenly over
-//! the shards) and a keyed hash (SipHash with a random key) so that nobody can aim many keys
-//! at one shard. A full shard first drops its idle entries; if none are idle the caller is
-//! told, and spends from the policy's overflow key instead of growing the table.
+//! the shards) and a keyed hash (seeded per table) so that nobody can aim many keys at one
+//! shard. A full shard first drops its idle entries; if none are idle the caller is told,
+//! and spends from the policy's overflow key instead of growing the table.
 //!
-//! Readers take a shard's read lock only to clone the entry's `Arc`; the entry itself is
-//! updated through atomics (leased credit, in-flight counters) or its own small lock (local
-//! algorithms), so keys in one shard do not serialise each other.
+//! The caller hashes a key once; the hash picks the shard and the bucket, and entries keep
+//! their key and hash so a lookup compares in place. Shards are read under a
+//! [`ReadStripedLock`], whose readers write only their own thread's cache line, and the
+//! hot path uses an entry while inside the read section instead of taking a reference
+//! count; the entry itself is updated through atomics (leased credit, in-flight counters)
+//! or its own small lock (local algorithms), so keys in one shard do not serialise each
+//! other.
 
 use super::local::LocalLimiter;
+use super::readlock::ReadStripedLock;
+use hashbrown::HashTable;
 use leasehold_common::algo::TokenBucket;
 use leasehold_common::time::Nanos;
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,6 +31,9 @@ pub(crate) const NOT_ACQUIRING: u64 = u64::MAX;
 /// One key's state.
 #[derive(Debug)]
 pub struct Entry {
+    /// The canonical key, and its hash under the table's seed.
+    key: Box<str>,
+    hash: u64,
     /// Generation of the compiled policy the state was built for; a changed policy gets
     /// fresh state on its next use.
     pub(crate) generation: u64,
@@ -54,8 +62,16 @@ pub(crate) enum EntryState {
 }
 
 impl Entry {
-    pub(crate) fn new(generation: u64, state: EntryState, now: Nanos) -> Entry {
+    pub(crate) fn new(
+        key: Box<str>,
+        hash: u64,
+        generation: u64,
+        state: EntryState,
+        now: Nanos,
+    ) -> Entry {
         Entry {
+            key,
+            hash,
             generation,
             last_used_ns: AtomicU64::new(now.0),
             state,
@@ -63,9 +79,12 @@ impl Entry {
         }
     }
 
-    pub(crate) fn touch(&self, now: Nanos) {
-        // Skips the store when nothing changed, so hot keys do not bounce the line.
-        if self.last_used_ns.load(Ordering::Relaxed) != now.0 {
+    /// Records a use at `now` unless the recorded one is less than `slack_ns` behind, so
+    /// a hot key does not rewrite a line other threads read on every request.
+    #[inline]
+    pub(crate) fn touch(&self, now: Nanos, slack_ns: u64) {
+        let last = self.last_used_ns.load(Ordering::Relaxed);
+        if now.0 > last && now.0 - last > slack_ns {
             self.last_used_ns.store(now.0, Ordering::Relaxed);
         }
     }
@@ -117,82 +136,113 @@ pub(crate) struct TableFull;
 /// Keys come from callers (an attacker may choose them), so the hash is seeded per table;
 /// foldhash's quality variant costs a fraction of SipHash on the hot path.
 type KeyHasher = foldhash::quality::RandomState;
-type Shard = RwLock<HashMap<Box<str>, Arc<Entry>, KeyHasher>>;
+type Shard = ReadStripedLock<HashTable<Arc<Entry>>>;
 
 pub(crate) struct KeyTable {
     shards: Box<[Shard]>,
     shard_cap: usize,
     idle_ns: u64,
+    /// `last_used_ns` is rewritten only once it is this far behind.
+    touch_ns: u64,
     hasher: KeyHasher,
     len: AtomicUsize,
     evictions: AtomicU64,
 }
 
+/// Longest a key's recorded last use lags its real last use: idle eviction may come this
+/// much early, which is nothing next to `key_idle_ns`, and a hot key stops rewriting a
+/// shared line on every request.
+const TOUCH_NS_MAX: u64 = 1_000_000;
+
 impl KeyTable {
     /// A table of at most `keys_max` keys over about `shards` shards; entries unused for
-    /// `idle_ns` may be dropped.
-    pub(crate) fn new(keys_max: usize, shards: usize, idle_ns: u64) -> KeyTable {
+    /// `idle_ns` may be dropped. Readers are counted in `stripes` stripes.
+    pub(crate) fn new(keys_max: usize, shards: usize, idle_ns: u64, stripes: usize) -> KeyTable {
         let keys_max = keys_max.max(1);
         let count = shards.clamp(1, keys_max);
         KeyTable {
             shards: (0..count)
-                .map(|_| RwLock::new(HashMap::with_hasher(KeyHasher::default())))
+                .map(|_| ReadStripedLock::new(HashTable::new(), stripes))
                 .collect(),
             shard_cap: keys_max / count,
             idle_ns,
+            touch_ns: (idle_ns / 64).min(TOUCH_NS_MAX),
             hasher: KeyHasher::default(),
             len: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, key: &str) -> &Shard {
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h % self.shards.len() as u64) as usize]
-    }
-
-    /// The entry for `key` if it exists and was built for `generation`.
+    /// The hash every other method takes with `key`.
     #[inline]
-    pub(crate) fn get(&self, key: &str, generation: u64) -> Option<Arc<Entry>> {
-        let shard = self.shard(key).read();
-        shard
-            .get(key)
-            .filter(|e| e.generation == generation)
-            .cloned()
+    pub(crate) fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
     }
 
-    /// The entry for `key` built for `generation`, made by `make` (given the stale entry, if
-    /// any) when missing. Returns whether it was made here.
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard {
+        // The high half picks the shard; the bucket and tag bits come from elsewhere.
+        let i = ((hash >> 32) * self.shards.len() as u64) >> 32;
+        &self.shards[i as usize]
+    }
+
+    /// Runs `f` on the entry for `key` if it exists and was built for `generation`, inside
+    /// the shard's read section (so `f` must not write to the table).
+    #[inline]
+    pub(crate) fn with<R>(
+        &self,
+        key: &str,
+        hash: u64,
+        generation: u64,
+        f: impl FnOnce(&Arc<Entry>) -> R,
+    ) -> Option<R> {
+        self.shard(hash).read(|map| {
+            map.find(hash, |e| e.hash == hash && *e.key == *key)
+                .filter(|e| e.generation == generation)
+                .map(f)
+        })
+    }
+
+    /// The entry for `key` built for `generation`, made by `make` (given the stale entry,
+    /// if any) when missing. Returns whether it was made here.
     pub(crate) fn get_or_insert(
         &self,
         key: &str,
+        hash: u64,
         generation: u64,
         now: Nanos,
-        make: impl FnOnce(Option<&Entry>) -> Entry,
+        make: impl FnOnce(Option<&Entry>) -> EntryState,
     ) -> Result<(Arc<Entry>, bool), TableFull> {
-        let mut shard = self.shard(key).write();
-        let stale = match shard.get(key) {
-            Some(e) if e.generation == generation => return Ok((Arc::clone(e), false)),
-            Some(e) => Some(Arc::clone(e)),
-            None => None,
-        };
-        if stale.is_none() && shard.len() >= self.shard_cap {
-            self.evict_idle(&mut shard, now);
-            if shard.len() >= self.shard_cap {
-                return Err(TableFull);
+        self.shard(hash).write(|map| {
+            let eq = |e: &Arc<Entry>| e.hash == hash && *e.key == *key;
+            let stale = match map.find(hash, eq) {
+                Some(e) if e.generation == generation => return Ok((Arc::clone(e), false)),
+                Some(e) => Some(Arc::clone(e)),
+                None => None,
+            };
+            if stale.is_none() && map.len() >= self.shard_cap {
+                self.evict_idle(map, now);
+                if map.len() >= self.shard_cap {
+                    return Err(TableFull);
+                }
             }
-        }
-        let entry = Arc::new(make(stale.as_deref()));
-        if shard.insert(key.into(), Arc::clone(&entry)).is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok((entry, true))
+            let state = make(stale.as_deref());
+            let entry = Arc::new(Entry::new(key.into(), hash, generation, state, now));
+            match map.find_mut(hash, eq) {
+                Some(slot) => *slot = Arc::clone(&entry),
+                None => {
+                    map.insert_unique(hash, Arc::clone(&entry), |e| e.hash);
+                    self.len.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok((entry, true))
+        })
     }
 
-    fn evict_idle(&self, shard: &mut HashMap<Box<str>, Arc<Entry>, KeyHasher>, now: Nanos) {
-        let before = shard.len();
-        shard.retain(|_, e| !(e.idle_since(now, self.idle_ns) && e.evictable()));
-        self.note_removed(before - shard.len());
+    fn evict_idle(&self, map: &mut HashTable<Arc<Entry>>, now: Nanos) {
+        let before = map.len();
+        map.retain(|e| !(e.idle_since(now, self.idle_ns) && e.evictable()));
+        self.note_removed(before - map.len());
     }
 
     fn note_removed(&self, removed: usize) {
@@ -205,18 +255,24 @@ impl KeyTable {
     pub(crate) fn sweep(&self, now: Nanos, live: impl Fn(u64) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut shard = shard.write();
-            let before = shard.len();
-            // State of a removed policy goes even with units in flight: their guards hold
-            // the entry, and no new request can reach it.
-            shard.retain(|_, e| {
-                let idle = e.idle_since(now, self.idle_ns) && e.evictable();
-                live(e.generation) && !idle
+            removed += shard.write(|map| {
+                let before = map.len();
+                // State of a removed policy goes even with units in flight: their guards
+                // hold the entry, and no new request can reach it.
+                map.retain(|e| {
+                    let idle = e.idle_since(now, self.idle_ns) && e.evictable();
+                    live(e.generation) && !idle
+                });
+                before - map.len()
             });
-            removed += before - shard.len();
         }
         self.note_removed(removed);
         removed
+    }
+
+    /// How far behind a key's recorded last use may lag.
+    pub(crate) fn touch_ns(&self) -> u64 {
+        self.touch_ns
     }
 
     /// Keys held now.

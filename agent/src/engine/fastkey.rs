@@ -1,0 +1,209 @@
+//! The common case of key building, prepared per policy version.
+//!
+//! Most descriptor values are already canonical: present once, short, no surrounding
+//! blanks, only bytes the key format writes as they are, and no upper case where the
+//! dimension lowercases. For those the canonical key is the policy's fixed text with the
+//! values copied in between, so the hot path copies a few slices instead of running the
+//! general builder byte by byte. Anything else (absent, blank, needing encoding, lowercasing,
+//! overflow or refusal) falls back to [`KeyBuilder`](leasehold_common::key::KeyBuilder),
+//! which stays the one definition of the key format: this path only ever produces a key
+//! that the builder would produce for the same input (a property test holds it to that).
+
+use leasehold_common::key::{KeySchema, ENTRIES_MAX};
+use leasehold_common::policy::Policy;
+
+#[derive(Clone, Debug)]
+struct Part {
+    /// `<id>:<name>=` for the first dimension, `/<name>=` for the others.
+    prefix: Box<str>,
+    name: Box<str>,
+    lowercase: bool,
+    max_len: usize,
+    /// Sorted allow-list; empty means any value.
+    values: Vec<String>,
+}
+
+/// A policy's key layout for the fast path.
+#[derive(Clone, Debug)]
+pub(crate) struct FastKey {
+    /// `<id>:` when the policy has no key dimensions.
+    head: Box<str>,
+    parts: Vec<Part>,
+    key_len_max: usize,
+}
+
+/// Bytes the key format writes unencoded (see `leasehold_common::key`).
+fn is_raw(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@' | b'+' | b'*')
+}
+
+impl FastKey {
+    pub(crate) fn new(policy: &Policy, schema: &KeySchema) -> FastKey {
+        let parts = policy
+            .key_dimensions()
+            .enumerate()
+            .map(|(i, d)| {
+                let mut values = d.values.clone();
+                values.sort_unstable();
+                let prefix = if i == 0 {
+                    format!("{}:{}=", policy.id, d.name)
+                } else {
+                    format!("/{}=", d.name)
+                };
+                Part {
+                    prefix: prefix.into(),
+                    name: d.name.as_str().into(),
+                    lowercase: d.lowercase,
+                    max_len: d.max_len as usize,
+                    values,
+                }
+            })
+            .collect();
+        FastKey {
+            head: format!("{}:", policy.id).into(),
+            parts,
+            key_len_max: schema.key_len_max(),
+        }
+    }
+
+    /// Writes the canonical key of `entries` into `out` if they take the common case;
+    /// false (with `out` in any state) when the general builder must decide.
+    #[inline]
+    pub(crate) fn build(&self, entries: &[(&str, &str)], out: &mut String) -> bool {
+        out.clear();
+        if entries.len() > ENTRIES_MAX {
+            return false;
+        }
+        if self.parts.is_empty() {
+            out.push_str(&self.head);
+            return out.len() <= self.key_len_max;
+        }
+        for part in &self.parts {
+            let Some(value) = single_value(&part.name, entries) else {
+                return false;
+            };
+            let plain = !value.is_empty()
+                && value.len() <= part.max_len
+                && value
+                    .bytes()
+                    .all(|b| is_raw(b) && !(part.lowercase && b.is_ascii_uppercase()));
+            if !plain
+                || (!part.values.is_empty()
+                    && part
+                        .values
+                        .binary_search_by(|v| v.as_str().cmp(value))
+                        .is_err())
+                || out.len() + part.prefix.len() + value.len() > self.key_len_max
+            {
+                return false;
+            }
+            out.push_str(&part.prefix);
+            out.push_str(value);
+        }
+        true
+    }
+}
+
+/// The value of `name` if it is given exactly once.
+#[inline]
+fn single_value<'e>(name: &str, entries: &[(&str, &'e str)]) -> Option<&'e str> {
+    let mut found = None;
+    for (k, v) in entries {
+        if *k == name {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(*v);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::key::KeyBuilder;
+    use proptest::prelude::*;
+
+    fn policy() -> Policy {
+        Policy::from_yaml(
+            "id: api\ndimensions:\n\
+             - {name: tenant, required: true, max_len: 8}\n\
+             - {name: route, lowercase: true, overflow: true}\n\
+             - {name: tier, values: [gold, silver]}\n\
+             rate: {units: 1, per: 1s}\nburst: 1\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn plain_values_take_the_fast_path() {
+        let p = policy();
+        let schema = KeySchema::new(&p).unwrap();
+        let fast = FastKey::new(&p, &schema);
+        let mut out = String::new();
+        let entries = [("route", "v1"), ("tier", "gold"), ("tenant", "acme")];
+        assert!(fast.build(&entries, &mut out));
+        assert_eq!(out, "api:tenant=acme/route=v1/tier=gold");
+        assert!(
+            !fast.build(&[("tenant", "acme")], &mut out),
+            "absent values"
+        );
+        let upper = [("route", "V1"), ("tier", "gold"), ("tenant", "acme")];
+        assert!(!fast.build(&upper, &mut out), "needs lowercasing");
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("gold".to_owned()),
+            Just("silver".to_owned()),
+            "[a-zA-Z0-9]{1,10}",
+            "[ a-zA-Z/%~\t\u{7f}é:@+*._-]{0,12}",
+        ]
+    }
+
+    fn entries() -> impl Strategy<Value = Vec<(String, String)>> {
+        let key = prop_oneof![
+            Just("tenant".to_owned()),
+            Just("route".to_owned()),
+            Just("tier".to_owned()),
+            Just("other".to_owned()),
+        ];
+        proptest::collection::vec((key, value()), 0..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        /// The fast path never disagrees with the general builder, under any key length
+        /// limit.
+        #[test]
+        fn fast_keys_are_the_builders_keys(entries in entries(), key_len_max in 10usize..60) {
+            let p = policy();
+            let schema = KeySchema::new(&p).unwrap().with_key_len_max(key_len_max);
+            let fast = FastKey::new(&p, &schema);
+            let pairs: Vec<(&str, &str)> =
+                entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let mut out = String::new();
+            let mut builder = KeyBuilder::new();
+            let built = builder.build(&schema, &pairs);
+            if fast.build(&pairs, &mut out) {
+                let built = built.expect("the builder accepts what the fast path built");
+                prop_assert_eq!(built.overflow, None);
+                prop_assert_eq!(built.key, out.as_str());
+            } else if let Ok(b) = built {
+                // Falling back is always allowed; it must not be the plain case.
+                let plain = b.overflow.is_none()
+                    && !b.key.contains('%')
+                    && !b.key.contains('~')
+                    && pairs.iter().all(|(_, v)| v.trim_matches([' ', '\t']) == *v)
+                    && !pairs.iter().any(|(k, v)| *k == "route" && v.bytes().any(|c| c.is_ascii_uppercase()))
+                    && ["tenant", "route", "tier"]
+                        .iter()
+                        .all(|n| pairs.iter().filter(|(k, _)| k == n).count() == 1);
+                prop_assert!(!plain, "plain input {:?} fell back", pairs);
+            }
+        }
+    }
+}

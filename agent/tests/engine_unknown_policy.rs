@@ -115,7 +115,7 @@ async fn the_native_api_refuses_unknown_ids_by_default() {
         .into_inner();
     assert!(!r.allowed, "an unknown policy id must not pass as no rule");
     assert!(!r.results[0].allowed);
-    assert_ne!(r.results[0].reason, pb::Reason::NoRule as i32);
+    assert_eq!(r.results[0].reason, pb::Reason::UnknownPolicy as i32);
 
     let allowing = AdmitServer::new(
         Arc::new(engine(Some(UnknownPolicy::Allow))),

@@ -55,6 +55,7 @@ fn reason(o: Outcome) -> pb::Reason {
         ) => pb::Reason::UpstreamUnavailable,
         Outcome::Denied(DenyReason::Restricted) | Outcome::Restricted => pb::Reason::Restricted,
         Outcome::Denied(DenyReason::InvalidKey) | Outcome::InvalidKey => pb::Reason::InvalidKey,
+        Outcome::Denied(DenyReason::UnknownPolicy) => pb::Reason::UnknownPolicy,
         Outcome::Denied(_) => pb::Reason::OverLimit,
         Outcome::ShadowDenied(_) => pb::Reason::ShadowDeny,
         Outcome::FailOpen => pb::Reason::FailOpen,

@@ -175,16 +175,14 @@ impl<M: Machine> RaftNode<M> {
                 config.storage.clone(),
             );
             // Opening may wait for a file lock that a previous run in this process still holds.
-            tokio::task::spawn_blocking(move || open_sled(&dir, &sled, applier, limits))
-                .await
-                .map_err(|e| NodeError::Stopped {
-                    node_id: config.node_id,
-                    reason: format!("storage open task failed: {e}"),
-                })?
-                .map_err(|source| NodeError::Storage {
-                    dir: config.data_dir.clone(),
-                    source,
-                })?
+            crate::storage::error::blocking("open storage", move || {
+                open_sled(&dir, &sled, applier, limits)
+            })
+            .await
+            .map_err(|source| NodeError::Storage {
+                dir: config.data_dir.clone(),
+                source,
+            })?
         };
         let network = NetworkFactory::new(config.node_id, hooks.transport.clone());
         let raft = Raft::new(config.node_id, raft_config, network, log, state_machine)

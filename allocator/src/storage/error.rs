@@ -97,12 +97,26 @@ impl<T, E: Into<StoreError>> RaftResultExt<T> for Result<T, E> {
     }
 }
 
+thread_local! {
+    static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// From now on, blocking storage calls made on this thread run on it instead of tokio's
+/// blocking pool. For a deterministic simulation whose hosts all run on one thread: a call
+/// on the pool finishes at a moment of real time that the simulated clock cannot order.
+pub fn run_blocking_inline_on_this_thread() {
+    INLINE.with(|c| c.set(true));
+}
+
 /// Runs a blocking engine call (such as an fsync) off the async worker threads.
 pub(crate) async fn blocking<T, F>(task: &'static str, f: F) -> Result<T, StoreError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, StoreError> + Send + 'static,
 {
+    if INLINE.with(std::cell::Cell::get) {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StoreError::BlockingTask {

@@ -137,8 +137,13 @@ fn node_config(spec: &NodeSpec, cfg: &NetConfig, shared: &ClusterShared) -> Node
     n.sled.cache_capacity_bytes = 4 * 1024 * 1024;
     n.sled.flush_every_ms = None;
     n.heartbeat_interval_ms = cfg.raft_heartbeat_ms;
-    n.election_timeout_min_ms = cfg.raft_heartbeat_ms * 5;
-    n.election_timeout_max_ms = cfg.raft_heartbeat_ms * 10;
+    // openraft draws each election timeout from an unseeded generator in [min, max): a
+    // one-millisecond range makes it fixed, so a seed replays. Each node gets its own
+    // timeout, spread over what production draws from, so that two followers of a lost
+    // leader do not stand at the same instant and split the vote.
+    let spread_ms = cfg.raft_heartbeat_ms * 5 / 3;
+    n.election_timeout_min_ms = cfg.raft_heartbeat_ms * 5 + spread_ms * (spec.node_id % 3);
+    n.election_timeout_max_ms = n.election_timeout_min_ms + 1;
     n
 }
 

@@ -119,6 +119,9 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         at_ms,
         reason,
     };
+    // Every simulated host runs on this thread; fsyncs on tokio's blocking pool would finish
+    // at moments of real time the simulated clock cannot order.
+    leasehold_allocator::storage::error::run_blocking_inline_on_this_thread();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .epoch(std::time::UNIX_EPOCH + Duration::from_secs(EPOCH_S))

@@ -147,34 +147,40 @@ fn per_mille_of_fair(r: &Run, holders: &[Holder]) -> Vec<u64> {
         .collect()
 }
 
+/// Every holder received its weighted share of the total within `tolerance` per mille.
+fn assert_weighted(r: &Run, holders: &[Holder], tolerance: u64) {
+    let fair = per_mille_of_fair(r, holders);
+    assert!(
+        fair.iter()
+            .all(|f| (1_000 - tolerance..=1_000 + tolerance).contains(f)),
+        "received {:?}, per mille of the weighted share {fair:?}",
+        r.received
+    );
+}
+
+/// The key handed out at least `percent` of what it produced over `span_s` seconds.
+fn assert_handed_out(r: &Run, span_s: u64, percent: u64) {
+    let produced = RATE * span_s;
+    assert!(
+        r.total >= produced * percent / 100,
+        "only {} of {produced} handed out",
+        r.total
+    );
+}
+
 #[test]
 fn a_three_to_one_split_holds_when_both_come_straight_back() {
     let holders = [saturated(3, 2), saturated(1, 2)];
     let r = run(&holders, 10_000, 2_000, 1);
-    let fair = per_mille_of_fair(&r, &holders);
-    assert!(
-        fair.iter().all(|f| (900..=1_100).contains(f)),
-        "received {:?}, per mille of the weighted share {fair:?}",
-        r.received
-    );
-    assert!(
-        r.total >= RATE * 8 * 95 / 100,
-        "only {} of {}",
-        r.total,
-        RATE * 8
-    );
+    assert_weighted(&r, &holders, 100);
+    assert_handed_out(&r, 8, 95);
 }
 
 #[test]
 fn the_lighter_holder_coming_back_more_often_gains_nothing() {
     let holders = [saturated(3, 20), saturated(1, 1)];
     let r = run(&holders, 10_000, 2_000, 0);
-    let fair = per_mille_of_fair(&r, &holders);
-    assert!(
-        fair.iter().all(|f| (900..=1_100).contains(f)),
-        "received {:?}, per mille of the weighted share {fair:?}",
-        r.received
-    );
+    assert_weighted(&r, &holders, 100);
 }
 
 #[test]
@@ -184,18 +190,8 @@ fn late_reports_keep_the_split_and_the_key_busy() {
         h.late_reports = true;
     }
     let r = run(&holders, 10_000, 2_000, 1);
-    let fair = per_mille_of_fair(&r, &holders);
-    assert!(
-        fair.iter().all(|f| (900..=1_100).contains(f)),
-        "received {:?}, per mille of the weighted share {fair:?}",
-        r.received
-    );
-    assert!(
-        r.total >= RATE * 8 * 90 / 100,
-        "only {} of {}",
-        r.total,
-        RATE * 8
-    );
+    assert_weighted(&r, &holders, 100);
+    assert_handed_out(&r, 8, 90);
 }
 
 #[test]
@@ -227,12 +223,7 @@ fn a_heavy_holder_wanting_less_than_its_weight_leaves_the_rest() {
         r.received[0],
         RATE / 5 * span_s
     );
-    assert!(
-        r.total >= RATE * span_s * 95 / 100,
-        "only {} of {} handed out",
-        r.total,
-        RATE * span_s
-    );
+    assert_handed_out(&r, span_s, 95);
 }
 
 proptest! {

@@ -13,12 +13,10 @@ use leasehold_allocator::raft::{
 };
 use leasehold_allocator::replica::{LateReplica, Replica};
 use leasehold_allocator::service::ticker::run_ticker;
-use leasehold_allocator::service::{LeaseServer, WatchSettings};
 use leasehold_allocator::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
-use leasehold_proto::transport::{AuthMode, PeerIdentity, Role};
 use openraft::ServerState;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -156,17 +154,7 @@ pub(super) async fn start_node(
     signer: Arc<LeaseSigner>,
 ) -> Result<RaftNode<AllocatorState>, Box<dyn std::error::Error>> {
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
-    let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
-    let lease = LeaseServer::new(
-        late.clone(),
-        signer,
-        AuthMode::Insecure { assumed },
-        WatchSettings {
-            poll_ms: 50,
-            heartbeat_ms: 1_000,
-            ..WatchSettings::default()
-        },
-    );
+    let lease = super::hosts::lease_server(late.clone(), signer)?;
     let hooks = NodeHooks {
         transport: TransportConfig {
             connector: Some(Arc::new(connect_sim)),

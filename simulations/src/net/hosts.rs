@@ -40,6 +40,25 @@ pub fn agent_host(i: usize) -> String {
     format!("agent-{i}")
 }
 
+/// The production lease service over `replica` as the simulation serves it: without TLS,
+/// every caller taken for an agent, watch streams polled every 50 ms.
+pub(super) fn lease_server<R: Replica<AllocatorState>>(
+    replica: R,
+    signer: Arc<LeaseSigner>,
+) -> Result<LeaseServer<R>, Box<dyn std::error::Error>> {
+    let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
+    Ok(LeaseServer::new(
+        replica,
+        signer,
+        AuthMode::Insecure { assumed },
+        WatchSettings {
+            poll_ms: 50,
+            heartbeat_ms: 1_000,
+            ..WatchSettings::default()
+        },
+    ))
+}
+
 /// Serves the lease service on a single-node replica with the run's policy installed,
 /// and proposes expiry ticks, until the simulation ends.
 pub async fn allocator(
@@ -63,17 +82,7 @@ pub async fn allocator(
         return Err(format!("policy refused: {e}").into());
     }
     *replica_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(replica.clone());
-    let assumed = PeerIdentity::new(Role::Agent, "simulated-agent")?;
-    let service = LeaseServer::new(
-        replica.clone(),
-        signer,
-        AuthMode::Insecure { assumed },
-        WatchSettings {
-            poll_ms: 50,
-            heartbeat_ms: 1_000,
-            ..WatchSettings::default()
-        },
-    );
+    let service = lease_server(replica.clone(), signer)?;
     tokio::task::spawn_local(run_ticker(replica, 100, std::future::pending()));
     tonic::transport::Server::builder()
         .add_service(LeaseServiceServer::new(service))

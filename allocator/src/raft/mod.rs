@@ -52,6 +52,7 @@
 
 pub(crate) mod batching;
 pub mod config;
+mod endpoint;
 pub mod machine;
 pub mod network;
 pub mod node;

@@ -5,8 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
-use leasehold_proto::transport::{AuthMode, Role};
+use leasehold_proto::transport::AuthMode;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, Raft, ServerState};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -15,7 +14,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::Stream;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::{Connected, Router};
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
@@ -23,7 +21,6 @@ use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
 use super::peers::{track_peers, PeerProgress, PeerTracker};
-use super::service::RaftRpcService;
 use super::time::{SystemTimeSource, TimeSource};
 use super::types::{NodeAddr, TypeConfig};
 use crate::replica::{Machine, Replica, ReplicaError};
@@ -198,7 +195,7 @@ impl<M: Machine> RaftNode<M> {
             hooks.time,
         );
         let mut tasks = vec![tokio::spawn(proposer.run(queue, stop.subscribe()))];
-        tasks.push(serve(
+        tasks.push(super::endpoint::serve(
             &config,
             &hooks.transport,
             (hooks.services, hooks.raft_auth),
@@ -417,56 +414,6 @@ fn proposer_settings(config: &NodeConfig) -> ProposerSettings {
         catch_up_timeout: Duration::from_millis(config.read_timeout_ms),
         quorum_silence_max_ms: config.election_timeout_max_ms,
     }
-}
-
-/// Serves the Raft endpoint on the connections of `incoming` until `stop` turns true.
-fn serve<S, IO, IE>(
-    config: &NodeConfig,
-    transport: &TransportConfig,
-    (services, raft_auth): (Option<ServiceHook>, Option<AuthMode>),
-    raft: Raft<TypeConfig>,
-    incoming: S,
-    mut stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, NodeError>
-where
-    S: Stream<Item = Result<IO, IE>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let max = transport.message_len_max_bytes;
-    // Only peers with allocator certificates may replicate, vote or install snapshots.
-    let gate = move |req: tonic::Request<()>| match &raft_auth {
-        Some(auth) => auth.authorize(&req, &[Role::Allocator]).map(|_| req),
-        None => Ok(req),
-    };
-    let service = InterceptedService::new(
-        RaftServiceServer::new(RaftRpcService::new(raft))
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max),
-        gate,
-    );
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = &transport.server_tls {
-        server = server
-            .tls_config(tls.clone())
-            .map_err(|e| NodeError::InvalidConfig {
-                field: "server_tls",
-                reason: e.to_string(),
-            })?;
-    }
-    let node_id = config.node_id;
-    let mut router = server.add_service(service);
-    if let Some(add) = services {
-        router = add(router);
-    }
-    Ok(tokio::spawn(async move {
-        let signal = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = router.serve_with_incoming_shutdown(incoming, signal).await {
-            tracing::error!(node_id, error = %e, "raft endpoint failed");
-        }
-    }))
 }
 
 impl<M: Machine> Replica<M> for RaftNode<M> {

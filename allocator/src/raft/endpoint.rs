@@ -1,0 +1,68 @@
+//! The node's gRPC endpoint: Raft RPCs (for allocator certificates only) and whatever
+//! services the node's hooks add, served on any stream of connections.
+
+use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
+use leasehold_proto::transport::{AuthMode, Role};
+use openraft::Raft;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::Stream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::Connected;
+
+use super::config::{NodeConfig, NodeError};
+use super::network::TransportConfig;
+use super::node::ServiceHook;
+use super::service::RaftRpcService;
+use super::types::TypeConfig;
+
+/// Serves the Raft endpoint on the connections of `incoming` until `stop` turns true.
+pub(super) fn serve<S, IO, IE>(
+    config: &NodeConfig,
+    transport: &TransportConfig,
+    (services, raft_auth): (Option<ServiceHook>, Option<AuthMode>),
+    raft: Raft<TypeConfig>,
+    incoming: S,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, NodeError>
+where
+    S: Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let max = transport.message_len_max_bytes;
+    // Only peers with allocator certificates may replicate, vote or install snapshots.
+    let gate = move |req: tonic::Request<()>| match &raft_auth {
+        Some(auth) => auth.authorize(&req, &[Role::Allocator]).map(|_| req),
+        None => Ok(req),
+    };
+    let service = InterceptedService::new(
+        RaftServiceServer::new(RaftRpcService::new(raft))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+        gate,
+    );
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &transport.server_tls {
+        server = server
+            .tls_config(tls.clone())
+            .map_err(|e| NodeError::InvalidConfig {
+                field: "server_tls",
+                reason: e.to_string(),
+            })?;
+    }
+    let node_id = config.node_id;
+    let mut router = server.add_service(service);
+    if let Some(add) = services {
+        router = add(router);
+    }
+    Ok(tokio::spawn(async move {
+        let signal = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = router.serve_with_incoming_shutdown(incoming, signal).await {
+            tracing::error!(node_id, error = %e, "raft endpoint failed");
+        }
+    }))
+}

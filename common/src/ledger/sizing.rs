@@ -2,9 +2,11 @@
 //!
 //! A grant follows demand: the holder asks for what its measured demand needs over the
 //! refresh horizon. When the key is contended (active holders together want more than the
-//! key produces per horizon) each holder is capped at its weighted max-min fair share, so
-//! idle credit flows to demand without letting anyone starve the rest. A share of the key
-//! is held back as an emergency reserve for high priorities.
+//! key produces per horizon) a grant is capped at the holder's weighted max-min fair share,
+//! and over time each holder receives what it earned of that share (see
+//! [`super::entitlement`]), so idle credit flows to demand without letting anyone starve
+//! the rest or gain by asking more often. A share of the key is held back as an emergency
+//! reserve for high priorities.
 
 use super::account::Account;
 use super::command::DenyReason;
@@ -35,7 +37,8 @@ pub fn weight_of(priority: u32) -> u64 {
 }
 
 /// The grant for `ask`, or why none can be made and when to ask again. Either way the
-/// answer is noted against the holder, so later asks see what it received lately.
+/// answer is noted against the holder's entitlement (drawn down by a grant, marked waiting
+/// when short), so later asks see what it is still owed.
 pub fn size_grant(
     account: &mut Account,
     params: &PolicyParams,

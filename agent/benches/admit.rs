@@ -6,7 +6,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::{Quota, RateLimiter};
 use leasehold_agent::credit::SlotState;
-use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine, RuleSource};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Nanos;
 use std::hint::black_box;
@@ -71,6 +71,22 @@ fn spread(threads: u64, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
     start.elapsed()
 }
 
+/// [`spread`] with one decision per thread, reused for every call.
+fn spread_with(threads: u64, iters: u64, f: &(dyn Fn(u64, &mut Decision) + Sync)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut decision = Decision::new();
+                for i in 0..iters / threads {
+                    f(t * iters + i, &mut decision);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
 fn bench_engine(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine");
     let plenty = engine(u64::MAX / 2);
@@ -87,6 +103,16 @@ fn bench_engine(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     spread(threads, iters, &|i| {
                         black_box(e.admit(&req, Nanos(i)));
+                    })
+                })
+            });
+            // The same with a decision each thread keeps (`admit_into`).
+            let into = format!("{name}_into");
+            group.bench_function(BenchmarkId::new(into, threads), |b| {
+                b.iter_custom(|iters| {
+                    spread_with(threads, iters, &|i, d| {
+                        e.admit_into(&req, Nanos(i), d);
+                        black_box(d.allowed);
                     })
                 })
             });

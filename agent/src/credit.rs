@@ -13,7 +13,7 @@
 //! lease that has since closed were counted in its final usage and must not reappear in
 //! the next lease.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Where a slot stands in its lease's life; written by the lease manager, read by the hot
 /// path and by the key table's eviction.
@@ -58,6 +58,10 @@ fn pack(epoch: u64, remaining: u64) -> u64 {
     ((epoch & 0xffff) << REMAINING_BITS) | (remaining & REMAINING_MASK)
 }
 
+/// A spend rewrites `last_offered_ns` only once it is this far behind, so that admissions
+/// do not all store to it; idle release works in seconds.
+const OFFERED_TOUCH_NS: u64 = 1_000_000;
+
 /// Proof of a spend, for undoing it while its lease is still the slot's lease.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SpendTicket {
@@ -72,13 +76,23 @@ pub struct CreditSlot {
     /// Holder-side deadline of the current lease on the agent's monotonic timeline (ns);
     /// zero when there is none.
     deadline_ns: AtomicU64,
-    /// Units offered (admitted or not) since the slot was created: the demand signal.
-    offered: AtomicU64,
-    /// Last time (monotonic ns) the slot saw traffic, for idle release and eviction.
+    /// Units offered and not spent here (refused, or spent and given back) since the slot
+    /// was created. With the units spent, derived from the totals below, this is the
+    /// demand signal: counting spent units too would add an atomic write to every
+    /// admission.
+    unspent_offered: AtomicU64,
+    /// Credit ever deposited, withdrawn, and left unspent at a close (lease manager only).
+    deposited_total: AtomicU64,
+    withdrawn_total: AtomicU64,
+    closed_total: AtomicU64,
+    /// Last time (monotonic ns) the slot saw traffic, for idle release and eviction; kept
+    /// to within [`OFFERED_TOUCH_NS`].
     last_offered_ns: AtomicU64,
     /// Requests a shadow-mode policy would have denied under the current lease.
     shadow_denied: AtomicU64,
     state: AtomicU8,
+    /// Set when the engine dropped the key: nothing spends this slot any more.
+    detached: AtomicBool,
 }
 
 impl CreditSlot {
@@ -111,10 +125,16 @@ impl CreditSlot {
         if now_ns >= self.deadline_ns.load(Ordering::Acquire) {
             return None;
         }
-        self.update(|epoch, remaining| (remaining >= units).then(|| pack(epoch, remaining - units)))
-            .map(|before| SpendTicket {
-                epoch: unpack(before).0,
-            })
+        let before = self.update(|epoch, remaining| {
+            (remaining >= units).then(|| pack(epoch, remaining - units))
+        })?;
+        let last = self.last_offered_ns.load(Ordering::Relaxed);
+        if now_ns > last.saturating_add(OFFERED_TOUCH_NS) {
+            self.last_offered_ns.store(now_ns, Ordering::Relaxed);
+        }
+        Some(SpendTicket {
+            epoch: unpack(before).0,
+        })
     }
 
     /// Gives back units of a spend whose request was not admitted after all (another
@@ -122,17 +142,23 @@ impl CreditSlot {
     /// units stay counted as spent, which is safe. Returns whether they were given back.
     #[inline]
     pub fn refund(&self, units: u64, ticket: SpendTicket) -> bool {
-        self.update(|epoch, remaining| {
-            (epoch == ticket.epoch)
-                .then(|| pack(epoch, remaining.saturating_add(units).min(REMAINING_MASK)))
-        })
-        .is_some()
+        let refunded = self
+            .update(|epoch, remaining| {
+                (epoch == ticket.epoch)
+                    .then(|| pack(epoch, remaining.saturating_add(units).min(REMAINING_MASK)))
+            })
+            .is_some();
+        if refunded {
+            // Offered all the same: no longer counted as spent, so counted here.
+            self.unspent_offered.fetch_add(units, Ordering::Relaxed);
+        }
+        refunded
     }
 
-    /// Records traffic for the demand signal.
+    /// Records units offered and not spent from this slot, for the demand signal.
     #[inline]
-    pub fn note_offered(&self, units: u64, now_ns: u64) {
-        self.offered.fetch_add(units, Ordering::Relaxed);
+    pub fn note_unspent(&self, units: u64, now_ns: u64) {
+        self.unspent_offered.fetch_add(units, Ordering::Relaxed);
         self.last_offered_ns.store(now_ns, Ordering::Relaxed);
     }
 
@@ -149,12 +175,15 @@ impl CreditSlot {
 
     /// Adds newly leased credit and moves the deadline (lease manager only).
     pub fn deposit(&self, units: u64, deadline_ns: u64) {
-        self.update(|epoch, remaining| {
+        let before = self.update(|epoch, remaining| {
             Some(pack(
                 epoch,
                 remaining.saturating_add(units).min(REMAINING_MASK),
             ))
         });
+        let before = unpack(before.unwrap_or(0)).1;
+        let added = units.min(REMAINING_MASK - before);
+        self.deposited_total.fetch_add(added, Ordering::Relaxed);
         self.deadline_ns.store(deadline_ns, Ordering::Release);
     }
 
@@ -163,7 +192,9 @@ impl CreditSlot {
     pub fn withdraw(&self, units: u64) -> u64 {
         let before =
             self.update(|epoch, remaining| Some(pack(epoch, remaining - units.min(remaining))));
-        units.min(unpack(before.unwrap_or(0)).1)
+        let taken = units.min(unpack(before.unwrap_or(0)).1);
+        self.withdrawn_total.fetch_add(taken, Ordering::Relaxed);
+        taken
     }
 
     /// Ends spending under the current lease and starts a new epoch: no spend succeeds
@@ -174,7 +205,9 @@ impl CreditSlot {
         // The count is per lease: the next lease on this slot reports from zero.
         self.shadow_denied.store(0, Ordering::Relaxed);
         let before = self.update(|epoch, _| Some(pack(epoch.wrapping_add(1), 0)));
-        unpack(before.unwrap_or(0)).1
+        let unspent = unpack(before.unwrap_or(0)).1;
+        self.closed_total.fetch_add(unspent, Ordering::Relaxed);
+        unspent
     }
 
     pub fn remaining(&self) -> u64 {
@@ -185,12 +218,36 @@ impl CreditSlot {
         self.deadline_ns.load(Ordering::Acquire)
     }
 
+    /// Units offered (admitted or not) since the slot was created: what was spent from it
+    /// plus what was offered and not spent. Exact while no spend races the reading; a
+    /// racing spend is counted or not.
     pub fn offered(&self) -> u64 {
-        self.offered.load(Ordering::Relaxed)
+        // Only the lease manager moves the totals, and it is the reader; what races is a
+        // spend (counted or not yet) or a refund (briefly counted twice).
+        let remaining = self.remaining();
+        let out = self.withdrawn_total.load(Ordering::Relaxed)
+            + self.closed_total.load(Ordering::Relaxed)
+            + remaining;
+        let spent = self
+            .deposited_total
+            .load(Ordering::Relaxed)
+            .saturating_sub(out);
+        spent.wrapping_add(self.unspent_offered.load(Ordering::Relaxed))
     }
 
     pub fn last_offered_ns(&self) -> u64 {
         self.last_offered_ns.load(Ordering::Relaxed)
+    }
+
+    /// Marks the slot as dropped by the engine (its key was evicted or its policy
+    /// removed); the lease manager then hands the lease back.
+    pub fn detach(&self) {
+        self.detached.store(true, Ordering::Release);
+    }
+
+    /// Whether the engine dropped the key this slot belonged to.
+    pub fn is_detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
     }
 
     pub fn state(&self) -> SlotState {

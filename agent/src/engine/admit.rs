@@ -1,16 +1,19 @@
 //! One admission: resolve every dimension, charge in order, undo on refusal.
 
 use super::config::UnknownPolicy;
-use super::decision::{Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome};
+use super::decision::{Decision, Denial, DenyReason, Outcome};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension, Target};
+use super::results::Parts;
 use super::rules::RuleSet;
 use super::stats::Count;
 use super::table::Entry;
+use super::tcache::{self, Scratch};
 use super::Engine;
 use leasehold_common::policy::envoy::MatchedRule;
 use leasehold_common::time::Nanos;
 use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
@@ -65,7 +68,6 @@ pub(crate) struct Step {
     pub(crate) remaining: u64,
     pub(crate) reset_after_ns: u64,
     pub(crate) retry_after_ns: u64,
-    pub(crate) charge: Option<Charge>,
 }
 
 impl Step {
@@ -75,7 +77,6 @@ impl Step {
             remaining: 0,
             reset_after_ns: 0,
             retry_after_ns: 0,
-            charge: None,
         }
     }
 
@@ -85,7 +86,6 @@ impl Step {
             remaining,
             reset_after_ns: retry_after_ns,
             retry_after_ns,
-            charge: None,
         }
     }
 }
@@ -97,6 +97,10 @@ pub(crate) struct Ctx<'e> {
     /// Whether charges must be kept for undoing: only when another dimension may refuse
     /// after this one has charged (a lone dimension that charged has admitted).
     pub(crate) keep: bool,
+    /// What the dimension just checked charged, if it must be undone on a later refusal
+    /// or held until the request ends (concurrency). Kept here rather than in the
+    /// [`Step`] so that steps stay small and are written where they are read.
+    pub(crate) charge: Option<Charge>,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
 }
@@ -173,19 +177,20 @@ fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
 impl Engine {
     /// Decides `req` at monotonic time `now`. Every dimension admits or nothing is charged.
     /// Allocates nothing on refusal nor for keys that already have state.
+    #[inline]
     pub fn admit(&self, req: &AdmitRequest<'_>, now: Nanos) -> Decision {
-        // One value, filled in place and returned from one place, so the inline results
-        // are written where the caller receives them rather than copied there.
-        let mut decision = Decision {
-            allowed: false,
-            decision_id: self.next_decision_id(),
-            retry_after_ns: 0,
-            denial: None,
-            results: SmallVec::new(),
-            in_flight: InFlight::default(),
-        };
-        self.decide(req, now, &mut decision);
+        let mut decision = Decision::new();
+        self.admit_into(req, now, &mut decision);
         decision
+    }
+
+    /// [`admit`](Self::admit) into a decision the caller keeps, reset first (releasing any
+    /// concurrency units it still held). A caller deciding in a loop saves copying a whole
+    /// decision out on every call.
+    pub fn admit_into(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision) {
+        decision.reset();
+        decision.decision_id = self.next_decision_id();
+        self.decide(req, now, decision);
     }
 
     #[inline]
@@ -201,10 +206,28 @@ impl Engine {
                 return refuse(decision, DenyReason::SelfProtection, retry_after_ns);
             }
         }
-        let rules = self.rules.load();
+        let version = self.rules_version.load(Ordering::Acquire);
+        tcache::with(|cache| {
+            let (rules, scratch) = cache.rules(self.uid, version, || self.rules.load_full());
+            match req.dimensions {
+                [dim] => self.decide_one(rules, req, dim, now, decision, scratch),
+                _ => self.decide_many(rules, req, now, decision, scratch),
+            }
+        });
+    }
+
+    /// Several dimensions: each is charged in order, and undone if a later one refuses.
+    fn decide_many(
+        &self,
+        rules: &RuleSet,
+        req: &AdmitRequest<'_>,
+        now: Nanos,
+        decision: &mut Decision,
+        mut scratch: Scratch<'_>,
+    ) {
         let mut resolved: Inline<_> = SmallVec::new();
         for d in req.dimensions {
-            resolved.push(resolve(&rules, d));
+            resolved.push(resolve(rules, d));
         }
         apply_replaces(&mut resolved);
 
@@ -212,6 +235,7 @@ impl Engine {
             now,
             priority: req.priority,
             keep: req.dimensions.len() > 1,
+            charge: None,
             wall: None,
             clock: &self.wall_clock,
         };
@@ -221,7 +245,7 @@ impl Engine {
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else {
-                self.check(*res, dim, units, &mut ctx)
+                self.check(*res, dim, units, &mut ctx, scratch.reborrow())
             };
             let refusal = match step.outcome {
                 Outcome::Denied(reason) => Some(reason),
@@ -235,8 +259,8 @@ impl Engine {
                 });
                 decision.retry_after_ns = step.retry_after_ns;
             }
-            decision.results.push(result_of(*res, &step));
-            charges.push((step.charge, units));
+            push_result(decision, *res, &step);
+            charges.push((ctx.charge.take(), units));
         }
 
         let refused = decision.denial.is_some();
@@ -258,6 +282,59 @@ impl Engine {
         }
     }
 
+    /// One dimension, the common case: nothing to roll back, so no charge is kept and no
+    /// per-dimension bookkeeping is built.
+    #[inline]
+    fn decide_one(
+        &self,
+        rules: &RuleSet,
+        req: &AdmitRequest<'_>,
+        dim: &Dimension<'_>,
+        now: Nanos,
+        decision: &mut Decision,
+        scratch: Scratch<'_>,
+    ) {
+        let res = match dim.target {
+            // Inline: returned from a call, the resolution is read back in pieces other
+            // than those it was written in, and the read waits.
+            Target::Policy(id) => match rules.policy_hinted(id, scratch.hints) {
+                Some(p) => Resolved::Policy(p),
+                None => Resolved::UnknownPolicy,
+            },
+            Target::Envoy { .. } => resolve(rules, dim).0,
+        };
+        let mut ctx = Ctx {
+            now,
+            priority: req.priority,
+            keep: false,
+            charge: None,
+            wall: None,
+            clock: &self.wall_clock,
+        };
+        let units = res.policy().map_or(0, |p| units_of(p, req));
+        let step = self.check(res, dim, units, &mut ctx, scratch);
+        let refusal = match step.outcome {
+            Outcome::Denied(reason) => Some(reason),
+            Outcome::InvalidKey => Some(DenyReason::InvalidKey),
+            _ => None,
+        };
+        decision.allowed = refusal.is_none();
+        if let Some(reason) = refusal {
+            decision.denial = Some(Denial {
+                dimension: Some(0),
+                reason,
+            });
+            decision.retry_after_ns = step.retry_after_ns;
+        }
+        push_result(decision, res, &step);
+        if let Some(Charge::InFlight { entry, units }) = ctx.charge.take() {
+            decision.in_flight.push(entry, units);
+        }
+        if let Some(p) = res.policy() {
+            p.runtime.counters.record(step.outcome, units);
+        }
+    }
+
     #[inline]
     fn next_decision_id(&self) -> u64 {
         let counter_bits = 64 - super::config::INSTANCE_BITS;
@@ -265,7 +342,14 @@ impl Engine {
         (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
     }
 
-    fn check(&self, res: Resolved<'_>, dim: &Dimension<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
+    fn check(
+        &self,
+        res: Resolved<'_>,
+        dim: &Dimension<'_>,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+        scratch: Scratch<'_>,
+    ) -> Step {
         match res {
             Resolved::NoRule => Step::pass(Outcome::NoRule),
             Resolved::UnknownPolicy => {
@@ -288,8 +372,11 @@ impl Engine {
                 }
             }
             Resolved::Policy(p) => {
-                let step = self.check_policy(p, dim.entries, units, ctx);
-                shadowed(p, step)
+                let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
+                if p.shadow {
+                    shadow(&mut step);
+                }
+                step
             }
         }
     }
@@ -328,37 +415,26 @@ impl Engine {
 }
 
 /// Shadow mode: a refusal becomes a would-deny that admits, uncharged.
-fn shadowed(p: &CompiledPolicy, step: Step) -> Step {
-    if !p.shadow {
-        return step;
-    }
-    match step.outcome {
-        Outcome::Denied(reason) => Step {
-            outcome: Outcome::ShadowDenied(reason),
-            retry_after_ns: 0,
-            ..step
-        },
-        Outcome::InvalidKey => Step {
-            outcome: Outcome::ShadowDenied(DenyReason::InvalidKey),
-            retry_after_ns: 0,
-            ..step
-        },
-        _ => step,
-    }
+fn shadow(step: &mut Step) {
+    let reason = match step.outcome {
+        Outcome::Denied(reason) => reason,
+        Outcome::InvalidKey => DenyReason::InvalidKey,
+        _ => return,
+    };
+    step.outcome = Outcome::ShadowDenied(reason);
+    step.retry_after_ns = 0;
 }
 
-fn result_of(res: Resolved<'_>, step: &Step) -> DimensionResult {
-    match res.policy() {
-        Some(p) => DimensionResult {
-            policy_id: Some(p.pid.clone()),
-            policy_version: p.version,
-            outcome: step.outcome,
-            limit: p.capacity,
-            remaining: step.remaining,
-            reset_after_ns: step.reset_after_ns,
-        },
-        None => DimensionResult::bare(step.outcome),
-    }
+fn push_result(decision: &mut Decision, res: Resolved<'_>, step: &Step) {
+    let p = res.policy();
+    decision.results.push_parts(Parts {
+        policy_id: p.map(|p| &p.pid),
+        policy_version: p.map_or(0, |p| p.version),
+        outcome: step.outcome,
+        limit: p.map_or(0, |p| p.capacity),
+        remaining: if p.is_some() { step.remaining } else { 0 },
+        reset_after_ns: if p.is_some() { step.reset_after_ns } else { 0 },
+    });
 }
 
 fn refuse(decision: &mut Decision, reason: DenyReason, retry_after_ns: u64) {

@@ -6,28 +6,11 @@ use super::local::LocalLimiter;
 use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
+use super::tcache::{KeyBuffers, Scratch};
 use super::Engine;
 use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
-use leasehold_common::key::{KeyBuilder, KEY_LEN_MAX_DEFAULT};
 use leasehold_common::rate::Rate;
-use std::cell::RefCell;
 use std::sync::Arc;
-
-/// Key buffers of one thread: the fast path's and the general builder's.
-#[derive(Default)]
-struct KeyBuffers {
-    fast: String,
-    builder: KeyBuilder,
-}
-
-thread_local! {
-    /// Keys are built here, so that building a key for an existing entry allocates nothing
-    /// once the buffers have grown to the longest key.
-    static KEYS: RefCell<KeyBuffers> = RefCell::new(KeyBuffers {
-        fast: String::with_capacity(KEY_LEN_MAX_DEFAULT),
-        builder: KeyBuilder::new(),
-    });
-}
 
 impl Engine {
     pub(crate) fn check_policy(
@@ -36,6 +19,7 @@ impl Engine {
         entries: &[(&str, &str)],
         units: u64,
         ctx: &mut Ctx<'_>,
+        scratch: Scratch<'_>,
     ) -> Step {
         if p.policy.kill_switch {
             return Step::pass(Outcome::KillSwitch);
@@ -44,50 +28,63 @@ impl Engine {
         if emergency == Emergency::FailOpen {
             return Step::pass(Outcome::FailOpen);
         }
-        KEYS.with(|keys| {
-            let mut keys = keys.borrow_mut();
-            let KeyBuffers { fast, builder } = &mut *keys;
-            let key: &str = if p.fast_key.build(entries, fast) {
-                fast
-            } else {
-                match builder.build(&p.schema, entries) {
-                    Err(_) => {
-                        return Step {
-                            retry_after_ns: u64::MAX,
-                            ..Step::pass(Outcome::InvalidKey)
-                        }
+        let Scratch {
+            keys,
+            entries: cached,
+            ..
+        } = scratch;
+        let KeyBuffers { fast, builder } = keys;
+        let key: &str = if p.fast_key.build(entries, fast) {
+            fast
+        } else {
+            match builder.build(&p.schema, entries) {
+                Err(_) => {
+                    return Step {
+                        retry_after_ns: u64::MAX,
+                        ..Step::pass(Outcome::InvalidKey)
                     }
-                    Ok(built) if built.overflow.is_some() => {
-                        let overflow = p.overflow_entry(ctx.now);
-                        let key = p.schema.overflow_key();
-                        return self.on_entry(p, key, overflow, units, emergency, ctx);
-                    }
-                    Ok(built) => built.key,
                 }
-            };
-            let hash = self.table.hash(key);
-            let found = self.table.with(key, hash, p.generation, |entry| {
-                self.on_entry(p, key, entry, units, emergency, ctx)
-            });
-            if let Some(step) = found {
-                return step;
-            }
-            let now = ctx.now;
-            let made = self
-                .table
-                .get_or_insert(key, hash, p.generation, now, |stale| {
-                    p.new_state(stale, now)
-                });
-            match made {
-                Ok((entry, _)) => self.on_entry(p, key, &entry, units, emergency, ctx),
-                Err(TableFull) => {
-                    self.counters.bump(Count::TableFull);
-                    let overflow = p.overflow_entry(now);
+                Ok(built) if built.overflow.is_some() => {
+                    let overflow = p.overflow_entry(ctx.now);
                     let key = p.schema.overflow_key();
-                    self.on_entry(p, key, overflow, units, emergency, ctx)
+                    return self.on_entry(p, key, overflow, units, emergency, ctx);
                 }
+                Ok(built) => built.key,
             }
-        })
+        };
+        let hash = self.table.hash(key);
+        if let Some(entry) = cached.get(key, hash, p.generation) {
+            return self.on_entry(p, key, entry, units, emergency, ctx);
+        }
+        let found = self.table.with(key, hash, p.generation, |entry| {
+            if p.is_leased() {
+                cached.put(entry);
+            }
+            self.on_entry(p, key, entry, units, emergency, ctx)
+        });
+        if let Some(step) = found {
+            return step;
+        }
+        let now = ctx.now;
+        let made = self
+            .table
+            .get_or_insert(key, hash, p.generation, now, |stale| {
+                p.new_state(stale, now)
+            });
+        match made {
+            Ok((entry, _)) => {
+                if p.is_leased() {
+                    cached.put(&entry);
+                }
+                self.on_entry(p, key, &entry, units, emergency, ctx)
+            }
+            Err(TableFull) => {
+                self.counters.bump(Count::TableFull);
+                let overflow = p.overflow_entry(now);
+                let key = p.schema.overflow_key();
+                self.on_entry(p, key, overflow, units, emergency, ctx)
+            }
+        }
     }
 
     /// Checks one key's state. Runs inside the key table's read section: it must not
@@ -118,7 +115,7 @@ impl Engine {
                 step
             }
             EntryState::Local(_) => check_local(entry, units, ctx),
-            EntryState::InFlight { .. } => check_in_flight(entry, units),
+            EntryState::InFlight { .. } => check_in_flight(entry, units, ctx),
         }
     }
 }
@@ -145,37 +142,42 @@ fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
             )
         };
     }
+    if ctx.keep {
+        ctx.charge = Some(Charge::Local {
+            entry: Arc::clone(entry),
+            units,
+            at: ctx.now,
+            wall,
+        });
+    }
     Step {
         outcome: Outcome::Admitted,
         remaining: charge.remaining,
         reset_after_ns: charge.reset_after_ns,
         retry_after_ns: 0,
-        charge: ctx.keep.then(|| Charge::Local {
-            entry: Arc::clone(entry),
-            units,
-            at: ctx.now,
-            wall,
-        }),
     }
 }
 
 /// A concurrency limit has no time to wait for: a refusal's retry hint is 0 ("when a
 /// request in flight finishes").
-fn check_in_flight(entry: &Arc<Entry>, units: u64) -> Step {
+fn check_in_flight(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::InFlight { max, .. } = &entry.state else {
         unreachable!("called for concurrency entries only");
     };
     match entry.acquire_in_flight(units) {
-        Ok(count) => Step {
-            outcome: Outcome::Admitted,
-            remaining: max - count,
-            reset_after_ns: 0,
-            retry_after_ns: 0,
-            charge: Some(Charge::InFlight {
+        Ok(count) => {
+            // Held until the request ends, whether or not a later dimension may refuse.
+            ctx.charge = Some(Charge::InFlight {
                 entry: Arc::clone(entry),
                 units,
-            }),
-        },
+            });
+            Step {
+                outcome: Outcome::Admitted,
+                remaining: max - count,
+                reset_after_ns: 0,
+                retry_after_ns: 0,
+            }
+        }
         Err(count) => Step::deny(DenyReason::OverLimit, max.saturating_sub(count), 0),
     }
 }
@@ -187,7 +189,7 @@ pub(crate) fn restricted(
     units: u64,
     min_priority: u8,
     rate: Rate,
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
 ) -> Step {
     let hint = rate.ns_until(units, 0);
     if ctx.priority < min_priority {
@@ -199,17 +201,21 @@ pub(crate) fn restricted(
         other => other.insert(TokenBucket::full(rate, rate.units(), ctx.now)),
     };
     match bucket.try_take(units, ctx.now) {
-        AlgoDecision::Admit { remaining } => Step {
-            outcome: Outcome::Restricted,
-            remaining,
-            reset_after_ns: bucket.ns_until(bucket.burst()),
-            retry_after_ns: 0,
-            charge: ctx.keep.then(|| Charge::Emergency {
-                entry: Arc::clone(entry),
-                units,
-                at: ctx.now,
-            }),
-        },
+        AlgoDecision::Admit { remaining } => {
+            if ctx.keep {
+                ctx.charge = Some(Charge::Emergency {
+                    entry: Arc::clone(entry),
+                    units,
+                    at: ctx.now,
+                });
+            }
+            Step {
+                outcome: Outcome::Restricted,
+                remaining,
+                reset_after_ns: bucket.ns_until(bucket.burst()),
+                retry_after_ns: 0,
+            }
+        }
         AlgoDecision::Deny {
             remaining,
             retry_after_ns,

@@ -109,7 +109,7 @@ impl FastKey {
 fn single_value<'e>(name: &str, entries: &[(&str, &'e str)]) -> Option<&'e str> {
     let mut found = None;
     for (k, v) in entries {
-        if *k == name {
+        if super::bytes::same(k, name) {
             if found.is_some() {
                 return None;
             }

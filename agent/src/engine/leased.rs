@@ -30,18 +30,19 @@ impl Engine {
             unreachable!("called for leased entries only");
         };
         let now = ctx.now;
-        slot.note_offered(units, now.0);
         let state = slot.state();
         // Fail-closed and restricted policies stop spending held credit as soon as the
         // grantor is found unreachable; the others may spend what they hold first.
         let spend_first = state != SlotState::Unreachable
             || matches!(p.failure, FailureMode::CachedLease | FailureMode::FailOpen);
         if !spend_first {
+            slot.note_unspent(units, now.0);
             return self.on_failure(p, entry, slot, units, ctx);
         }
         if let Some(ticket) = slot.try_spend(units, now.0) {
-            return admitted(p, entry, slot, units, ticket, ctx.keep);
+            return admitted(p, entry, slot, units, ticket, ctx);
         }
+        slot.note_unspent(units, now.0);
         if state != SlotState::Acquiring && state != SlotState::Idle {
             // The wait for a lease restarts whenever the slot next waits for one.
             reset_wait(acquiring_since_ns);
@@ -158,18 +159,20 @@ fn admitted(
     slot: &CreditSlot,
     units: u64,
     ticket: SpendTicket,
-    keep: bool,
+    ctx: &mut Ctx<'_>,
 ) -> Step {
+    if ctx.keep {
+        ctx.charge = Some(Charge::Slot {
+            entry: Arc::clone(entry),
+            units,
+            ticket,
+        });
+    }
     let remaining = slot.remaining();
     Step {
         outcome: Outcome::Admitted,
         remaining,
         reset_after_ns: p.ns_to_earn(p.capacity.saturating_sub(remaining)),
         retry_after_ns: 0,
-        charge: keep.then(|| Charge::Slot {
-            entry: Arc::clone(entry),
-            units,
-            ticket,
-        }),
     }
 }

@@ -34,15 +34,21 @@
 //! rule, as the engine's [`UnknownPolicy`] setting says (refused by default).
 //!
 //! The hot path allocates nothing for existing keys nor on any refusal (P5), and on
-//! existing keys writes no cache line that every thread writes: keys are built in a
-//! thread-local buffer (the common case by copying slices), hashed once and compared in
-//! place in a single-level sharded table read under a lock whose readers count themselves
-//! per thread; results (policy ids included) live inline in the [`Decision`]; decision ids,
-//! counters and the monotonic guard are kept per thread stripe and summed when read. Time
-//! readings that step back on a thread are clamped and counted (P3).
+//! existing leased keys writes no cache line that every thread writes except the key's
+//! credit word: each thread keeps the rule set it last loaded (checked against a version
+//! number), a hint per policy id and its recently used leased keys (checked against the
+//! table's entry: same key and policy generation, not removed); keys are built in a
+//! thread-local buffer (the common case by copying slices) and hashed once; a miss reads a
+//! single-level sharded table under a lock whose readers count themselves per thread.
+//! Results (policy ids included) are written in place in the [`Decision`]
+//! ([`Engine::admit_into`] reuses one); decision ids, counters and the monotonic guard are
+//! kept per thread and summed when read. Demand is recorded on refusals only: what was
+//! spent is known from the slot's credit. Time readings that step back on a thread are
+//! clamped and counted (P3).
 
 mod acquire;
 mod admit;
+mod bytes;
 mod check;
 mod config;
 mod decision;
@@ -53,10 +59,12 @@ mod policy;
 mod protect;
 mod readlock;
 mod request;
+mod results;
 mod rules;
 mod stats;
 mod stripes;
 mod table;
+mod tcache;
 
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
@@ -70,6 +78,7 @@ pub use local::LocalConfigError;
 pub use policy::Emergency;
 pub use protect::SelfProtection;
 pub use request::{AdmitRequest, Dimension, Target};
+pub use results::Results;
 pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
@@ -80,6 +89,7 @@ use parking_lot::Mutex;
 use protect::Protector;
 use rules::RuleSet;
 use stats::{Count, EngineCounters};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use stripes::StripedClock;
@@ -88,6 +98,10 @@ use table::KeyTable;
 /// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
 pub struct Engine {
     rules: ArcSwap<RuleSet>,
+    /// Bumped after every change of `rules`, so threads know their cached set is stale.
+    rules_version: AtomicU64,
+    /// Tells this engine's state apart in threads' caches.
+    uid: u64,
     /// Serialises reloads so that each builds on the rule set it replaces.
     reload_lock: Mutex<()>,
     table: KeyTable,
@@ -122,6 +136,8 @@ impl EngineBuilder {
         let stripes = stripes::stripe_count();
         Ok(Engine {
             rules: ArcSwap::from_pointee(set),
+            rules_version: AtomicU64::new(0),
+            uid: tcache::next_engine_uid(),
             reload_lock: Mutex::new(()),
             table: KeyTable::new(
                 self.limits.keys_max,
@@ -147,6 +163,12 @@ impl Engine {
         EngineBuilder::new()
     }
 
+    fn store_rules(&self, set: RuleSet) {
+        self.rules.store(Arc::new(set));
+        // After the store: a thread that sees the new version loads at least this set.
+        self.rules_version.fetch_add(1, Ordering::Release);
+    }
+
     /// What dimensions naming an unknown policy id get.
     pub fn unknown_policy(&self) -> UnknownPolicy {
         self.unknown_policy
@@ -160,7 +182,7 @@ impl Engine {
         let old = self.rules.load_full();
         let wall = (self.wall_clock)();
         let set = RuleSet::build(rules, Some(&old), self.limits.key_len_max, wall)?;
-        self.rules.store(Arc::new(set));
+        self.store_rules(set);
         Ok(())
     }
 
@@ -187,7 +209,7 @@ impl Engine {
         source.policies.retain(|p| p.policy.id != id || pending);
         source.policies.push(pv);
         let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
-        self.rules.store(Arc::new(set));
+        self.store_rules(set);
         Ok(true)
     }
 
@@ -202,7 +224,7 @@ impl Engine {
         }
         let wall = (self.wall_clock)();
         let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
-        self.rules.store(Arc::new(set));
+        self.store_rules(set);
         Ok(true)
     }
 

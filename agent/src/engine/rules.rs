@@ -68,6 +68,14 @@ pub enum EngineError {
     UnknownPolicy { id: String },
 }
 
+/// Hints kept per thread with the rule set they index.
+const POLICY_HINTS: usize = 4;
+
+/// Indexes into one rule set's policies, by id length: most callers name a few policies
+/// over and over, and comparing one id costs less than hashing it and probing the map.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PolicyHints([u32; POLICY_HINTS]);
+
 /// Compiled rules, immutable once built.
 #[derive(Debug, Default)]
 pub(crate) struct RuleSet {
@@ -85,6 +93,25 @@ impl RuleSet {
     #[inline]
     pub(crate) fn policy(&self, id: &str) -> Option<&CompiledPolicy> {
         self.by_id.get(id).map(|&i| &*self.policies[i])
+    }
+
+    /// [`policy`](Self::policy), trying the index in `hint` first (a thread's last
+    /// answer for ids of this length), and updating it.
+    #[inline]
+    pub(crate) fn policy_hinted(
+        &self,
+        id: &str,
+        hint: &mut PolicyHints,
+    ) -> Option<&CompiledPolicy> {
+        let h = &mut hint.0[id.len() % POLICY_HINTS];
+        if let Some(p) = self.policies.get(*h as usize) {
+            if super::bytes::same(&p.id, id) {
+                return Some(p);
+            }
+        }
+        let i = *self.by_id.get(id)?;
+        *h = u32::try_from(i).unwrap_or(u32::MAX);
+        Some(&self.policies[i])
     }
 
     #[inline]

@@ -27,8 +27,12 @@ pub(crate) struct PolicyCounters {
 
 impl Default for PolicyCounters {
     fn default() -> Self {
+        // Threads take the lowest free slots, so the busy threads of a process sized to
+        // its cores mostly own one of the first few; twice the cores leaves room for the
+        // runtime's other threads.
+        let cores = stripe_count();
         PolicyCounters {
-            stripes: Striped::new(stripe_count()),
+            stripes: Striped::owned_first(2 * cores, cores),
         }
     }
 }
@@ -49,7 +53,8 @@ impl PolicyCounters {
             // The policy was not applied to the request: nothing was offered to it.
             Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => return,
         };
-        add(&self.stripes.local()[index], units, false);
+        let local = self.stripes.local_slot();
+        add(&local.value[index], units, local.exclusive);
     }
 
     pub(crate) fn snapshot(&self) -> PolicyCountersSnapshot {

@@ -102,9 +102,18 @@ pub(crate) fn stripe_count() -> usize {
 #[derive(Debug)]
 pub(crate) struct Striped<T> {
     stripes: Box<[Padded<T>]>,
-    /// Some(mask): slots map onto stripes by `slot & mask`, shared; None: one stripe per
-    /// slot.
-    mask: Option<usize>,
+    layout: Layout,
+}
+
+#[derive(Copy, Clone, Debug)]
+enum Layout {
+    /// Slots map onto stripes by `slot & mask`, shared.
+    Shared { mask: usize },
+    /// One stripe per slot.
+    PerSlot,
+    /// Exclusive slots below `owned` have a stripe each; the others share the stripes
+    /// after those by `slot & mask`.
+    Owned { owned: usize, mask: usize },
 }
 
 /// A thread's stripe of a striped value, and whether the thread alone writes it.
@@ -120,7 +129,23 @@ impl<T: Default> Striped<T> {
         let count = count.clamp(1, STRIPES_MAX).next_power_of_two();
         Striped {
             stripes: (0..count).map(|_| Padded::default()).collect(),
-            mask: Some(count - 1),
+            layout: Layout::Shared { mask: count - 1 },
+        }
+    }
+
+    /// A stripe of its own for each of the first `owned` slots (written with plain stores
+    /// by the thread owning the slot), and `shared` stripes (rounded up to a power of
+    /// two) for the other threads. Sized by the machine rather than by [`SLOTS_MAX`], for
+    /// values there are many of (one per policy).
+    pub(crate) fn owned_first(owned: usize, shared: usize) -> Self {
+        let owned = owned.min(SLOTS_MAX);
+        let shared = shared.clamp(1, STRIPES_MAX).next_power_of_two();
+        Striped {
+            stripes: (0..owned + shared).map(|_| Padded::default()).collect(),
+            layout: Layout::Owned {
+                owned,
+                mask: shared - 1,
+            },
         }
     }
 
@@ -128,7 +153,7 @@ impl<T: Default> Striped<T> {
     pub(crate) fn per_slot() -> Self {
         Striped {
             stripes: (0..=SLOTS_MAX).map(|_| Padded::default()).collect(),
-            mask: None,
+            layout: Layout::PerSlot,
         }
     }
 }
@@ -144,9 +169,11 @@ impl<T> Striped<T> {
     #[inline]
     pub(crate) fn local_slot(&self) -> Local<'_, T> {
         let slot = thread_slot();
-        let (index, exclusive) = match self.mask {
-            Some(mask) => (slot & mask, false),
-            None => (slot, slot < SLOTS_MAX),
+        let (index, exclusive) = match self.layout {
+            Layout::Shared { mask } => (slot & mask, false),
+            Layout::PerSlot => (slot, slot < SLOTS_MAX),
+            Layout::Owned { owned, .. } if slot < owned => (slot, true),
+            Layout::Owned { owned, mask } => (owned + (slot & mask), false),
         };
         Local {
             value: &self.stripes[index].0,

@@ -20,7 +20,7 @@ use leasehold_common::algo::TokenBucket;
 use leasehold_common::time::Nanos;
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::credit::CreditSlot;
@@ -38,6 +38,9 @@ pub struct Entry {
     /// fresh state on its next use.
     pub(crate) generation: u64,
     last_used_ns: AtomicU64,
+    /// Set once the table no longer holds this entry, so that threads caching it stop
+    /// using it.
+    removed: AtomicBool,
     pub(crate) state: EntryState,
     /// The local emergency bucket used while the policy is restricted; made on first need.
     pub(crate) emergency: Mutex<Option<TokenBucket>>,
@@ -74,8 +77,32 @@ impl Entry {
             hash,
             generation,
             last_used_ns: AtomicU64::new(now.0),
+            removed: AtomicBool::new(false),
             state,
             emergency: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Whether this is still the table's entry for `key` under `generation`.
+    #[inline]
+    pub(crate) fn is_current(&self, key: &str, hash: u64, generation: u64) -> bool {
+        self.hash == hash
+            && self.generation == generation
+            && !self.removed.load(Ordering::Acquire)
+            && super::bytes::same(&self.key, key)
+    }
+
+    /// Marks the entry as no longer in the table. Unless its state moves on to a
+    /// replacement entry (`carried`), a leased key's slot is detached too, so that the
+    /// lease manager hands its lease back.
+    fn mark_removed(&self, carried: bool) {
+        self.removed.store(true, Ordering::Release);
+        if let (EntryState::Leased { slot, .. }, false) = (&self.state, carried) {
+            slot.detach();
         }
     }
 
@@ -197,7 +224,7 @@ impl KeyTable {
         f: impl FnOnce(&Arc<Entry>) -> R,
     ) -> Option<R> {
         self.shard(hash).read(|map| {
-            map.find(hash, |e| e.hash == hash && *e.key == *key)
+            map.find(hash, |e| e.hash == hash && super::bytes::same(&e.key, key))
                 .filter(|e| e.generation == generation)
                 .map(f)
         })
@@ -229,7 +256,10 @@ impl KeyTable {
             let state = make(stale.as_deref());
             let entry = Arc::new(Entry::new(key.into(), hash, generation, state, now));
             match map.find_mut(hash, eq) {
-                Some(slot) => *slot = Arc::clone(&entry),
+                Some(slot) => {
+                    slot.mark_removed(true);
+                    *slot = Arc::clone(&entry);
+                }
                 None => {
                     map.insert_unique(hash, Arc::clone(&entry), |e| e.hash);
                     self.len.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +271,13 @@ impl KeyTable {
 
     fn evict_idle(&self, map: &mut HashTable<Arc<Entry>>, now: Nanos) {
         let before = map.len();
-        map.retain(|e| !(e.idle_since(now, self.idle_ns) && e.evictable()));
+        map.retain(|e| {
+            let keep = !(e.idle_since(now, self.idle_ns) && e.evictable());
+            if !keep {
+                e.mark_removed(false);
+            }
+            keep
+        });
         self.note_removed(before - map.len());
     }
 
@@ -261,7 +297,11 @@ impl KeyTable {
                 // hold the entry, and no new request can reach it.
                 map.retain(|e| {
                     let idle = e.idle_since(now, self.idle_ns) && e.evictable();
-                    live(e.generation) && !idle
+                    let keep = live(e.generation) && !idle;
+                    if !keep {
+                        e.mark_removed(false);
+                    }
+                    keep
                 });
                 before - map.len()
             });

@@ -30,9 +30,9 @@ impl LeaseManager {
             self.forget.push(h.lease_id);
             return;
         }
-        // Only this manager still holds the slot: the engine dropped the key (idle, or its
-        // policy removed), so nothing can spend the lease any more; hand it back now.
-        if Arc::strong_count(&h.slot) == 1 {
+        // The engine dropped the key (idle, or its policy removed), so nothing can spend
+        // the lease any more; hand it back now.
+        if Arc::strong_count(&h.slot) == 1 || h.slot.is_detached() {
             let h = self.held.remove(&k).expect("present");
             self.counters.evicted_released += 1;
             self.release(h).await;

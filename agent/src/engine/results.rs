@@ -1,0 +1,178 @@
+//! The per-dimension results of a decision, kept inline.
+//!
+//! A fixed array rather than a general small vector so that each result is written field
+//! by field where it stays: built elsewhere and copied in, a result's fields are read back
+//! in wider chunks than they were written, and each such read waits for the writes to
+//! reach the cache (a store-forwarding stall costs more than the rest of the copy).
+
+use super::decision::{DimensionResult, Outcome, PolicyId, DIMENSIONS_LIMIT};
+use std::mem::MaybeUninit;
+
+/// Results in request order; dereferences to a slice.
+pub struct Results {
+    len: usize,
+    items: [MaybeUninit<DimensionResult>; DIMENSIONS_LIMIT],
+}
+
+/// The fields of one result, written in place by [`Results::push_parts`].
+pub(crate) struct Parts<'p> {
+    pub(crate) policy_id: Option<&'p PolicyId>,
+    pub(crate) policy_version: u64,
+    pub(crate) outcome: Outcome,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_ns: u64,
+}
+
+impl Results {
+    pub fn new() -> Self {
+        Results {
+            len: 0,
+            items: [const { MaybeUninit::uninit() }; DIMENSIONS_LIMIT],
+        }
+    }
+
+    /// Appends `result`. The engine never gives more than [`DIMENSIONS_LIMIT`].
+    ///
+    /// # Panics
+    /// When already full.
+    pub fn push(&mut self, result: DimensionResult) {
+        assert!(
+            self.len < DIMENSIONS_LIMIT,
+            "more than {DIMENSIONS_LIMIT} results"
+        );
+        self.items[self.len].write(result);
+        self.len += 1;
+    }
+
+    /// Appends a result written field by field into its place.
+    #[inline]
+    pub(crate) fn push_parts(&mut self, parts: Parts<'_>) {
+        assert!(
+            self.len < DIMENSIONS_LIMIT,
+            "more than {DIMENSIONS_LIMIT} results"
+        );
+        let slot = self.items[self.len].as_mut_ptr();
+        // SAFETY: `slot` points to this array's unused element; every field is written
+        // before `len` counts it as initialised.
+        unsafe {
+            std::ptr::addr_of_mut!((*slot).policy_id).write(parts.policy_id.cloned());
+            std::ptr::addr_of_mut!((*slot).policy_version).write(parts.policy_version);
+            std::ptr::addr_of_mut!((*slot).outcome).write(parts.outcome);
+            std::ptr::addr_of_mut!((*slot).limit).write(parts.limit);
+            std::ptr::addr_of_mut!((*slot).remaining).write(parts.remaining);
+            std::ptr::addr_of_mut!((*slot).reset_after_ns).write(parts.reset_after_ns);
+        }
+        self.len += 1;
+    }
+
+    /// Drops every result.
+    pub fn clear(&mut self) {
+        let len = std::mem::replace(&mut self.len, 0);
+        for item in &mut self.items[..len] {
+            // SAFETY: the first `len` elements were initialised, and `len` is already 0,
+            // so none is dropped twice even if a drop panics.
+            unsafe { item.assume_init_drop() };
+        }
+    }
+}
+
+impl Default for Results {
+    fn default() -> Self {
+        Results::new()
+    }
+}
+
+impl Drop for Results {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+impl std::ops::Deref for Results {
+    type Target = [DimensionResult];
+    fn deref(&self) -> &[DimensionResult] {
+        // SAFETY: the first `len` elements are initialised.
+        unsafe { std::slice::from_raw_parts(self.items.as_ptr().cast(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Results {
+    fn deref_mut(&mut self) -> &mut [DimensionResult] {
+        // SAFETY: the first `len` elements are initialised.
+        unsafe { std::slice::from_raw_parts_mut(self.items.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+impl Clone for Results {
+    fn clone(&self) -> Self {
+        let mut out = Results::new();
+        for r in self.iter() {
+            out.push(r.clone());
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Results {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Results {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Results {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(limit: u64) -> DimensionResult {
+        DimensionResult {
+            policy_id: None,
+            policy_version: 0,
+            outcome: Outcome::Admitted,
+            limit,
+            remaining: 0,
+            reset_after_ns: 0,
+        }
+    }
+
+    #[test]
+    fn keeps_results_in_order_and_drops_them() {
+        let mut r = Results::new();
+        r.push(result(1));
+        let id = PolicyId::new(&std::sync::Arc::from("a-policy-id-too-long-to-be-inline"));
+        r.push_parts(Parts {
+            policy_id: Some(&id),
+            policy_version: 3,
+            outcome: Outcome::Denied(super::super::DenyReason::OverLimit),
+            limit: 2,
+            remaining: 0,
+            reset_after_ns: 7,
+        });
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].limit, 1);
+        assert_eq!(r[1].policy_id.as_deref(), Some(&*id));
+        assert_eq!(r[1].reset_after_ns, 7);
+        let copy = r.clone();
+        assert_eq!(copy, r);
+        r.clear();
+        assert!(r.is_empty());
+        assert_eq!(copy.len(), 2, "the copy owns its results");
+    }
+
+    #[test]
+    #[should_panic(expected = "more than")]
+    fn refuses_more_than_the_limit() {
+        let mut r = Results::new();
+        for i in 0..=DIMENSIONS_LIMIT as u64 {
+            r.push(result(i));
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::decision::{Decision, Denial, DenyReason, Outcome};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension, Target};
 use super::results::Parts;
-use super::rules::RuleSet;
+use super::rules::{PolicyHints, RuleSet};
 use super::stats::Count;
 use super::table::Entry;
 use super::tcache::{self, Scratch};
@@ -112,34 +112,47 @@ impl Ctx<'_> {
     }
 }
 
-fn resolve<'r>(rules: &'r RuleSet, dim: &Dimension<'_>) -> (Resolved<'r>, Option<&'r MatchedRule>) {
+/// Inline for policy ids: returned from a call, the resolution is read back in pieces
+/// other than those it was written in, and the read waits.
+#[inline]
+fn resolve<'r>(
+    rules: &'r RuleSet,
+    dim: &Dimension<'_>,
+    hints: &mut PolicyHints,
+) -> (Resolved<'r>, Option<&'r MatchedRule>) {
     match dim.target {
-        Target::Policy(id) => match rules.policy(id) {
+        Target::Policy(id) => match rules.policy_hinted(id, hints) {
             Some(p) => (Resolved::Policy(p), None),
             None => (Resolved::UnknownPolicy, None),
         },
-        Target::Envoy { domain } => {
-            let Some(rule) = rules
-                .envoy
-                .as_ref()
-                .and_then(|e| e.lookup(domain, dim.entries))
-            else {
-                return (Resolved::NoRule, None);
-            };
-            let resolved = if rule.unlimited {
-                Resolved::Unlimited
-            } else if rule.limit.is_none_or(|l| l.requests_per_unit == 0) {
-                Resolved::ZeroLimit {
-                    shadow: rule.shadow_mode,
-                }
-            } else {
-                rules
-                    .envoy_policy(&rule.rule_id)
-                    .map_or(Resolved::NoRule, Resolved::Policy)
-            };
-            (resolved, Some(rule))
-        }
+        Target::Envoy { domain } => resolve_envoy(rules, domain, dim),
     }
+}
+
+fn resolve_envoy<'r>(
+    rules: &'r RuleSet,
+    domain: &str,
+    dim: &Dimension<'_>,
+) -> (Resolved<'r>, Option<&'r MatchedRule>) {
+    let Some(rule) = rules
+        .envoy
+        .as_ref()
+        .and_then(|e| e.lookup(domain, dim.entries))
+    else {
+        return (Resolved::NoRule, None);
+    };
+    let resolved = if rule.unlimited {
+        Resolved::Unlimited
+    } else if rule.limit.is_none_or(|l| l.requests_per_unit == 0) {
+        Resolved::ZeroLimit {
+            shadow: rule.shadow_mode,
+        }
+    } else {
+        rules
+            .envoy_policy(&rule.rule_id)
+            .map_or(Resolved::NoRule, Resolved::Policy)
+    };
+    (resolved, Some(rule))
 }
 
 /// A rule named in another matched rule's `replaces` is not applied to this request.
@@ -227,7 +240,7 @@ impl Engine {
     ) {
         let mut resolved: Inline<_> = SmallVec::new();
         for d in req.dimensions {
-            resolved.push(resolve(rules, d));
+            resolved.push(resolve(rules, d, scratch.hints));
         }
         apply_replaces(&mut resolved);
 
@@ -294,15 +307,7 @@ impl Engine {
         decision: &mut Decision,
         scratch: Scratch<'_>,
     ) {
-        let res = match dim.target {
-            // Inline: returned from a call, the resolution is read back in pieces other
-            // than those it was written in, and the read waits.
-            Target::Policy(id) => match rules.policy_hinted(id, scratch.hints) {
-                Some(p) => Resolved::Policy(p),
-                None => Resolved::UnknownPolicy,
-            },
-            Target::Envoy { .. } => resolve(rules, dim).0,
-        };
+        let (res, _) = resolve(rules, dim, scratch.hints);
         let mut ctx = Ctx {
             now,
             priority: req.priority,

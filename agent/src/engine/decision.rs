@@ -270,7 +270,11 @@ impl InFlight {
     }
 
     /// Gives the units back now.
+    #[inline]
     pub fn release(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
         for (entry, units) in self.held.drain(..) {
             entry.release_in_flight(units);
         }

@@ -57,7 +57,7 @@ impl Engine {
             return self.on_entry(p, key, entry, units, emergency, ctx);
         }
         let found = self.table.with(key, hash, p.generation, |entry| {
-            if p.is_leased() {
+            if entry.cacheable() {
                 cached.put(entry);
             }
             self.on_entry(p, key, entry, units, emergency, ctx)
@@ -73,7 +73,7 @@ impl Engine {
             });
         match made {
             Ok((entry, _)) => {
-                if p.is_leased() {
+                if entry.cacheable() {
                     cached.put(&entry);
                 }
                 self.on_entry(p, key, &entry, units, emergency, ctx)

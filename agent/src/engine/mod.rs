@@ -34,9 +34,9 @@
 //! rule, as the engine's [`UnknownPolicy`] setting says (refused by default).
 //!
 //! The hot path allocates nothing for existing keys nor on any refusal (P5), and on
-//! existing leased keys writes no cache line that every thread writes except the key's
-//! credit word: each thread keeps the rule set it last loaded (checked against a version
-//! number), a hint per policy id and its recently used leased keys (checked against the
+//! existing keys writes no cache line shared by every thread other than the key's own
+//! state: each thread keeps the rule set it last loaded (checked against a version
+//! number), a hint per policy id and its recently used keys (checked against the
 //! table's entry: same key and policy generation, not removed); keys are built in a
 //! thread-local buffer (the common case by copying slices) and hashed once; a miss reads a
 //! single-level sharded table under a lock whose readers count themselves per thread.

@@ -87,6 +87,13 @@ impl Entry {
         self.hash
     }
 
+    /// Whether threads may keep this entry to use again without the table's lock: not
+    /// for concurrency counts, whose eviction (when nothing is in flight) must not race
+    /// a new acquisition.
+    pub(crate) fn cacheable(&self) -> bool {
+        !matches!(self.state, EntryState::InFlight { .. })
+    }
+
     /// Whether this is still the table's entry for `key` under `generation`.
     #[inline]
     pub(crate) fn is_current(&self, key: &str, hash: u64, generation: u64) -> bool {

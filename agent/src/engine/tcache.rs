@@ -1,4 +1,4 @@
-//! Per-thread caches of the hot path: the rule set in force and recently used leased keys.
+//! Per-thread caches of the hot path: the rule set in force and recently used keys.
 //!
 //! Loading the shared rule set and entering a key-table shard each write a line that other
 //! threads also write (a reference count or a reader count), and an uncontended atomic
@@ -8,10 +8,13 @@
 //! table (same key and policy generation, not removed). Only a miss takes the shared path
 //! and refreshes the cache.
 //!
-//! Entries are cached only for leased keys: their state is the credit slot, whose epoch
-//! and close make every spend exact whichever entry it went through, and a removed entry
-//! is never used again from the cache. Local limiters and concurrency counts always go
-//! through the table, whose lock orders their replacement against their use.
+//! A removed entry is never used again from a cache, but a decision that found it just
+//! before its removal may finish on it. For leased keys that is exact anyway: their state
+//! is the credit slot, whose epoch and close account for every spend whichever entry it
+//! went through. For local limiters only idle keys are removed, and a removed key's next
+//! request starts a fresh limiter either way. Concurrency counts are not cached: one is
+//! removed when nothing is in flight, and an acquisition racing that removal would be
+//! counted where no later request looks; they always go through the table's lock.
 //!
 //! One thread caches for one engine at a time; deciding for another engine clears it.
 
@@ -48,7 +51,7 @@ impl KeyBuffers {
     }
 }
 
-/// Recently used leased entries of one engine.
+/// Recently used entries of one engine (leased and local limiters).
 pub(crate) struct EntryCache {
     entries: Box<[Option<Arc<Entry>>]>,
 }
@@ -74,7 +77,7 @@ impl EntryCache {
             .filter(|e| e.is_current(key, hash, generation))
     }
 
-    /// Remembers `entry` (a leased entry just found or made in the table).
+    /// Remembers `entry` (just found or made in the table, and cacheable).
     pub(crate) fn put(&mut self, entry: &Arc<Entry>) {
         let slot = &mut self.entries[Self::index(entry.hash())];
         if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {

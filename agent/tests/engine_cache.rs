@@ -136,3 +136,26 @@ fn another_thread_that_cached_the_key_sees_it_swept() {
     assert_eq!(first.slot.remaining(), 49);
     assert!(rx.try_recv().is_ok(), "a new acquire was queued");
 }
+
+#[test]
+fn a_swept_local_key_starts_afresh_on_the_thread_that_cached_it() {
+    let local = Policy::from_yaml(
+        "id: api\ndimensions: [{name: user, required: true}]\n\
+         rate: {units: 1, per: 1h}\nburst: 2\nscope: process\n",
+    )
+    .unwrap();
+    let e = Engine::builder()
+        .limits(EngineLimits {
+            key_idle_ns: IDLE_NS,
+            ..EngineLimits::default()
+        })
+        .build(RuleSource::from_policies([local]))
+        .unwrap();
+    assert_eq!(admit(&e, 0), Outcome::Admitted);
+    assert_eq!(admit(&e, 1), Outcome::Admitted);
+    assert_eq!(admit(&e, 2), Outcome::Denied(DenyReason::OverLimit));
+    assert_eq!(e.sweep(Nanos(2 * IDLE_NS)), 1);
+    // A refill of 1 unit per hour: only a new limiter admits again this soon.
+    assert_eq!(admit(&e, 2 * IDLE_NS + 1), Outcome::Admitted);
+    assert_eq!(e.key_count(), 1);
+}

@@ -23,6 +23,7 @@ pub mod faults;
 pub mod hosts;
 pub mod region;
 mod run;
+pub mod sockets;
 pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};

@@ -8,6 +8,7 @@ use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
 use super::region::{self, REGION_HOST};
+use super::sockets;
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
 use leasehold_allocator::replica::{LocalReplica, Replica};
@@ -122,6 +123,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     // Every simulated host runs on this thread; fsyncs on tokio's blocking pool would finish
     // at moments of real time the simulated clock cannot order.
     leasehold_allocator::storage::error::run_blocking_inline_on_this_thread();
+    sockets::reset();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .epoch(std::time::UNIX_EPOCH + Duration::from_secs(EPOCH_S))

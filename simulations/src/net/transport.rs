@@ -4,6 +4,7 @@
 //!
 //! [`ChannelFactory`]: leasehold_proto::transport::ChannelFactory
 
+use super::sockets::OpenSocket;
 use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::io;
@@ -40,7 +41,7 @@ impl tower_service::Service<Uri> for SimConnector {
             let host = uri.host().ok_or_else(|| invalid("no host"))?.to_owned();
             let port = uri.port_u16().ok_or_else(|| invalid("no port"))?;
             let stream = turmoil::net::TcpStream::connect((host, port)).await?;
-            Ok(TokioIo::new(SimStream(stream)))
+            Ok(TokioIo::new(SimStream(OpenSocket::register(stream)?)))
         })
     }
 }
@@ -50,9 +51,10 @@ pub fn connect_sim(endpoint: &Endpoint) -> Channel {
     endpoint.connect_with_connector_lazy(SimConnector)
 }
 
-/// A turmoil TCP stream as tonic's server and hyper's client take it.
+/// A turmoil TCP stream as tonic's server and hyper's client take it, registered with its
+/// host so that a crash closes it in order (see [`super::sockets`]).
 #[derive(Debug)]
-pub struct SimStream(turmoil::net::TcpStream);
+pub struct SimStream(OpenSocket);
 
 impl Connected for SimStream {
     // No peer certificates or socket addresses: the simulation serves insecure mode.
@@ -63,29 +65,29 @@ impl Connected for SimStream {
 
 impl AsyncRead for SimStream {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        self.0.poll_with(|s| Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for SimStream {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        self.0.poll_with(|s| Pin::new(s).poll_write(cx, buf))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.poll_with(|s| Pin::new(s).poll_flush(cx))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.poll_with(|s| Pin::new(s).poll_shutdown(cx))
     }
 }
 
@@ -97,7 +99,10 @@ pub async fn incoming(port: u16) -> io::Result<ReceiverStream<io::Result<SimStre
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG_MAX);
     tokio::task::spawn_local(async move {
         loop {
-            let accepted = listener.accept().await.map(|(s, _)| SimStream(s));
+            let accepted = listener
+                .accept()
+                .await
+                .and_then(|(s, _)| OpenSocket::register(s).map(SimStream));
             if tx.send(accepted).await.is_err() {
                 return;
             }

@@ -169,6 +169,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
             next += 1;
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
+        pause_in_real_time(cfg, now_ms);
     }
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
@@ -194,6 +195,15 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
+}
+
+/// Holds the simulation still in real time at the configured instants: simulated time does
+/// not move, real clocks do.
+fn pause_in_real_time(cfg: &NetConfig, now_ms: u64) {
+    let every = cfg.real_pause_every_ms;
+    if every > 0 && now_ms > 0 && now_ms.is_multiple_of(every) {
+        std::thread::sleep(Duration::from_millis(super::REAL_PAUSE_MS));
+    }
 }
 
 /// Whether every ledger accounts for every unit at the end: the single-node allocator's,

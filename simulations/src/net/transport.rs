@@ -10,6 +10,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
@@ -17,6 +18,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// Most accepted connections waiting for the server to take them.
 pub const ACCEPT_BACKLOG_MAX: usize = 64;
+/// How long a simulated client's HTTP/2 connection remembers a stream it reset, in seconds
+/// of real time: longer than any run, so that h2 forgets such streams only by count.
+pub const RESET_STREAM_KEPT_S: u64 = 24 * 3_600;
 
 /// Opens turmoil TCP streams to the host and port of a URI.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,8 +51,19 @@ impl tower_service::Service<Uri> for SimConnector {
 }
 
 /// The [`leasehold_proto::transport::ChannelFactory::with_connector`] hook for turmoil.
+///
+/// h2 remembers a stream its side reset (a call that timed out) for a while, ignoring what
+/// the peer still sends on it, and answers frames for a forgotten stream with a reset of its
+/// own. It times that memory with the machine's real clock (one second by default), so
+/// whether a late answer draws a reset, one more message with one more drawn delay, would
+/// depend on how fast the machine runs the simulation. The simulated clients keep reset
+/// streams for longer than any run instead; h2 still forgets them by count (50 per
+/// connection).
 pub fn connect_sim(endpoint: &Endpoint) -> Channel {
-    endpoint.connect_with_connector_lazy(SimConnector)
+    endpoint
+        .clone()
+        .http2_reset_stream_duration(Duration::from_secs(RESET_STREAM_KEPT_S))
+        .connect_with_connector_lazy(SimConnector)
 }
 
 /// A turmoil TCP stream as tonic's server and hyper's client take it, registered with its

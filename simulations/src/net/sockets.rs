@@ -55,8 +55,7 @@ pub(super) fn reset() {
     drop(stale);
 }
 
-/// Crashes `host`: its sockets close in the order it opened them, then turmoil drops the
-/// rest of its software.
+/// Crashes `host` as turmoil does, except that its sockets close in the order it opened them.
 pub fn crash(sim: &mut turmoil::Sim<'_>, host: &str) {
     let _crashing = Crashing::begin(sim.lookup(host));
     sim.crash(host);
@@ -150,4 +149,134 @@ impl Drop for OpenSocket {
 
 fn lock(socket: &Shared) -> MutexGuard<'_, Option<TcpStream>> {
     socket.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tokio::io::AsyncWrite;
+    use turmoil::{Protocol, Segment};
+
+    const SOCKETS: usize = 8;
+    const PORT: u16 = 9000;
+    const STEPS_MAX: usize = 1_000;
+
+    /// Holds `value` until the host's runtime drops the task, as a connection task does.
+    fn hold<T: Send + 'static>(value: T) {
+        tokio::spawn(async move {
+            let _held = value;
+            std::future::pending::<()>().await
+        });
+    }
+
+    /// The source ports of the FINs in flight, in the order they were sent.
+    fn fins_in_flight(sim: &turmoil::Sim<'_>) -> Vec<u16> {
+        let mut ports = Vec::new();
+        sim.links(|links| {
+            for link in links {
+                for sent in link {
+                    if matches!(sent.protocol(), Protocol::Tcp(Segment::Fin(_))) {
+                        ports.push(sent.pair().0.port());
+                    }
+                }
+            }
+        });
+        ports
+    }
+
+    #[test]
+    fn a_crashed_host_closes_its_sockets_in_the_order_it_opened_them() {
+        reset();
+        // Every message spends at least a tick on its link, so the FINs can be read there.
+        let mut sim = turmoil::Builder::new()
+            .min_message_latency(Duration::from_millis(1))
+            .max_message_latency(Duration::from_millis(1))
+            .build();
+        sim.host("server", || async {
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+            loop {
+                hold(listener.accept().await?.0);
+            }
+        });
+        let opened = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&opened);
+        sim.host("client", move || {
+            let counter = Arc::clone(&counter);
+            async move {
+                for _ in 0..SOCKETS {
+                    let stream = TcpStream::connect(("server", PORT)).await?;
+                    hold(OpenSocket::register(stream)?);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                std::future::pending().await
+            }
+        });
+        for _ in 0..STEPS_MAX {
+            if opened.load(Ordering::SeqCst) == SOCKETS {
+                break;
+            }
+            sim.step().unwrap();
+        }
+        assert_eq!(
+            opened.load(Ordering::SeqCst),
+            SOCKETS,
+            "the client never connected"
+        );
+        assert!(fins_in_flight(&sim).is_empty());
+
+        crash(&mut sim, "client");
+
+        // Ephemeral ports are handed out in increasing order: the order of opening.
+        let ports = fins_in_flight(&sim);
+        assert_eq!(ports.len(), SOCKETS, "one FIN per socket: {ports:?}");
+        let mut opening_order = ports.clone();
+        opening_order.sort_unstable();
+        assert_eq!(ports, opening_order);
+    }
+
+    #[test]
+    fn a_socket_dropped_outside_a_crash_closes_alone() {
+        reset();
+        let mut sim = turmoil::Builder::new()
+            .min_message_latency(Duration::from_millis(1))
+            .max_message_latency(Duration::from_millis(1))
+            .build();
+        sim.host("server", || async {
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+            loop {
+                hold(listener.accept().await?.0);
+            }
+        });
+        let closed = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&closed);
+        sim.host("client", move || {
+            let counter = Arc::clone(&counter);
+            async move {
+                let kept = OpenSocket::register(TcpStream::connect(("server", PORT)).await?)?;
+                let dropped = OpenSocket::register(TcpStream::connect(("server", PORT)).await?)?;
+                drop(dropped);
+                // The socket still registered works; a closed one would fail as reset.
+                let written = std::future::poll_fn(|cx| {
+                    kept.poll_with(|s| std::pin::Pin::new(s).poll_write(cx, b"still open"))
+                })
+                .await?;
+                assert_eq!(written, 10);
+                counter.fetch_add(1, Ordering::SeqCst);
+                std::future::pending().await
+            }
+        });
+        for _ in 0..STEPS_MAX {
+            if closed.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            sim.step().unwrap();
+        }
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "the client never finished"
+        );
+    }
 }

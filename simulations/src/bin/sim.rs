@@ -92,6 +92,11 @@ struct NetArgs {
     /// Runs every seed twice and fails if the two admission logs differ.
     #[arg(long)]
     check_replay: bool,
+    /// With --check-replay, the second run of each seed stands still for 1.2 s of real time
+    /// every this many ms of simulated time, so that a result that depends on how fast the
+    /// machine runs the simulation fails the check; 0: no pauses.
+    #[arg(long, default_value_t = 0, requires = "check_replay")]
+    replay_pause_every_ms: u64,
     /// Allocator hosts: 1 is a single-node replica, 3 (or 2–5) a Raft cluster whose leader
     /// crashes and isolated nodes are drawn with the other faults.
     #[arg(long, default_value_t = 1)]
@@ -126,6 +131,12 @@ impl NetArgs {
         }
         if self.check_replay {
             out.push_str(" --check-replay");
+        }
+        if self.replay_pause_every_ms > 0 {
+            out.push_str(&format!(
+                " --replay-pause-every-ms {}",
+                self.replay_pause_every_ms
+            ));
         }
         out
     }
@@ -222,10 +233,16 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         region: args.region,
         ..NetConfig::quick()
     };
+    let replay_cfg = NetConfig {
+        real_pause_every_ms: args.replay_pause_every_ms,
+        ..cfg.clone()
+    };
+    replay_cfg.validate()?;
     for seed in args.from..args.from.saturating_add(args.seeds) {
         let r = net::run(seed, &cfg)?;
         print_net_report(&r, &cfg);
-        let replayed = !args.check_replay || net::run(seed, &cfg)?.admissions == r.admissions;
+        let replayed =
+            !args.check_replay || net::run(seed, &replay_cfg)?.admissions == r.admissions;
         if !replayed {
             println!("    a second run of this seed admitted differently");
         }

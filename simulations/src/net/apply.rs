@@ -6,6 +6,7 @@ use super::cluster::{allocator_host, leader_of, NodeSlots};
 use super::faults::Action;
 use super::hosts::agent_host;
 use super::region::REGION_HOST;
+use super::sockets;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -120,14 +121,14 @@ impl World {
             Action::Crash { agent } if agent < self.agents => {
                 self.crashes[agent] += 1;
                 if self.crashes[agent] == 1 {
-                    sim.crash(agent_host(agent));
+                    sockets::crash(sim, &agent_host(agent));
                 }
                 None
             }
             Action::Restart { agent } if agent < self.agents => {
                 self.crashes[agent] = self.crashes[agent].saturating_sub(1);
                 if self.crashes[agent] == 0 {
-                    sim.bounce(agent_host(agent));
+                    sockets::bounce(sim, &agent_host(agent));
                 }
                 None
             }
@@ -162,7 +163,7 @@ impl World {
             return None;
         }
         let (index, node, _) = self.leader()?;
-        sim.crash(allocator_host(index));
+        sockets::crash(sim, &allocator_host(index));
         self.allocator_down[index] = true;
         Some(node)
     }
@@ -171,7 +172,7 @@ impl World {
         let mut restarted = None;
         for index in 0..self.allocators {
             if self.allocator_down[index] {
-                sim.bounce(allocator_host(index));
+                sockets::bounce(sim, &allocator_host(index));
                 self.allocator_down[index] = false;
                 restarted = Some(index as u64 + 1);
             }

@@ -23,6 +23,7 @@ pub mod faults;
 pub mod hosts;
 pub mod region;
 mod run;
+pub mod sockets;
 pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
@@ -37,6 +38,12 @@ pub const AGENTS_MAX: usize = 32;
 pub const DURATION_MS_MAX: u64 = 600_000;
 /// Most requests one agent offers per round.
 pub const OFFER_PER_ROUND_MAX: u64 = 10_000;
+/// How long a run stands still in real time at each pause (see
+/// [`NetConfig::real_pause_every_ms`]): longer than the one real-time window known in the
+/// dependencies, h2's one second memory of a stream it reset.
+pub const REAL_PAUSE_MS: u64 = 1_200;
+/// Shortest simulated time between two real-time pauses, in milliseconds.
+pub const REAL_PAUSE_EVERY_MS_MIN: u64 = 100;
 
 /// Why a networked run could not be made or finished.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +99,10 @@ pub struct NetConfig {
     /// allocators) between the global allocators and the agents; cuts between the region and
     /// the global allocators are drawn too.
     pub region: bool,
+    /// When non-zero, the run stands still for [`REAL_PAUSE_MS`] of real time every this many
+    /// milliseconds of simulated time. Nothing in the run may depend on it: a paused run of a
+    /// seed must admit exactly what an unpaused one does.
+    pub real_pause_every_ms: u64,
 }
 
 impl NetConfig {
@@ -115,6 +126,7 @@ impl NetConfig {
             leader_crash_at_ms: None,
             clock_step_ms_max: 0,
             region: false,
+            real_pause_every_ms: 0,
         }
     }
 
@@ -234,6 +246,13 @@ impl NetConfig {
             if at_ms >= self.duration_ms {
                 return invalid("leader_crash_at_ms", at_ms, "must be before the run ends");
             }
+        }
+        if self.real_pause_every_ms != 0 && self.real_pause_every_ms < REAL_PAUSE_EVERY_MS_MIN {
+            return invalid(
+                "real_pause_every_ms",
+                self.real_pause_every_ms,
+                "must be zero (no pauses) or at least 100",
+            );
         }
         if self.clock_step_ms_max > clock::CLOCK_OFFSET_MS_MAX {
             return invalid(

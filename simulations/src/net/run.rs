@@ -8,6 +8,7 @@ use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
 use super::region::{self, REGION_HOST};
+use super::sockets;
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
 use leasehold_allocator::replica::{LocalReplica, Replica};
@@ -122,6 +123,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     // Every simulated host runs on this thread; fsyncs on tokio's blocking pool would finish
     // at moments of real time the simulated clock cannot order.
     leasehold_allocator::storage::error::run_blocking_inline_on_this_thread();
+    sockets::reset();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .epoch(std::time::UNIX_EPOCH + Duration::from_secs(EPOCH_S))
@@ -167,6 +169,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
             next += 1;
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
+        pause_in_real_time(cfg, now_ms);
     }
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
@@ -192,6 +195,15 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
+}
+
+/// Holds the simulation still in real time at the configured instants: simulated time does
+/// not move, real clocks do.
+fn pause_in_real_time(cfg: &NetConfig, now_ms: u64) {
+    let every = cfg.real_pause_every_ms;
+    if every > 0 && now_ms > 0 && now_ms.is_multiple_of(every) {
+        std::thread::sleep(Duration::from_millis(super::REAL_PAUSE_MS));
+    }
 }
 
 /// Whether every ledger accounts for every unit at the end: the single-node allocator's,

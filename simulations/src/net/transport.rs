@@ -4,11 +4,13 @@
 //!
 //! [`ChannelFactory`]: leasehold_proto::transport::ChannelFactory
 
+use super::sockets::OpenSocket;
 use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
@@ -16,6 +18,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// Most accepted connections waiting for the server to take them.
 pub const ACCEPT_BACKLOG_MAX: usize = 64;
+/// How long a simulated client's HTTP/2 connection remembers a stream it reset, in seconds
+/// of real time: longer than any run, so that h2 forgets such streams only by count.
+pub const RESET_STREAM_KEPT_S: u64 = 24 * 3_600;
 
 /// Opens turmoil TCP streams to the host and port of a URI.
 #[derive(Clone, Copy, Debug, Default)]
@@ -40,19 +45,31 @@ impl tower_service::Service<Uri> for SimConnector {
             let host = uri.host().ok_or_else(|| invalid("no host"))?.to_owned();
             let port = uri.port_u16().ok_or_else(|| invalid("no port"))?;
             let stream = turmoil::net::TcpStream::connect((host, port)).await?;
-            Ok(TokioIo::new(SimStream(stream)))
+            Ok(TokioIo::new(SimStream(OpenSocket::register(stream)?)))
         })
     }
 }
 
 /// The [`leasehold_proto::transport::ChannelFactory::with_connector`] hook for turmoil.
+///
+/// h2 remembers a stream its side reset (a call that timed out) for a while, ignoring what
+/// the peer still sends on it, and answers frames for a forgotten stream with a reset of its
+/// own. It times that memory with the machine's real clock (one second by default), so
+/// whether a late answer draws a reset, one more message with one more drawn delay, would
+/// depend on how fast the machine runs the simulation. The simulated clients keep reset
+/// streams for longer than any run instead; h2 still forgets them by count (50 per
+/// connection).
 pub fn connect_sim(endpoint: &Endpoint) -> Channel {
-    endpoint.connect_with_connector_lazy(SimConnector)
+    endpoint
+        .clone()
+        .http2_reset_stream_duration(Duration::from_secs(RESET_STREAM_KEPT_S))
+        .connect_with_connector_lazy(SimConnector)
 }
 
-/// A turmoil TCP stream as tonic's server and hyper's client take it.
+/// A turmoil TCP stream as tonic's server and hyper's client take it, registered with its
+/// host so that a crash closes it in order (see [`super::sockets`]).
 #[derive(Debug)]
-pub struct SimStream(turmoil::net::TcpStream);
+pub struct SimStream(OpenSocket);
 
 impl Connected for SimStream {
     // No peer certificates or socket addresses: the simulation serves insecure mode.
@@ -63,29 +80,29 @@ impl Connected for SimStream {
 
 impl AsyncRead for SimStream {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        self.0.poll_with(|s| Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for SimStream {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        self.0.poll_with(|s| Pin::new(s).poll_write(cx, buf))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.poll_with(|s| Pin::new(s).poll_flush(cx))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.poll_with(|s| Pin::new(s).poll_shutdown(cx))
     }
 }
 
@@ -97,7 +114,10 @@ pub async fn incoming(port: u16) -> io::Result<ReceiverStream<io::Result<SimStre
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG_MAX);
     tokio::task::spawn_local(async move {
         loop {
-            let accepted = listener.accept().await.map(|(s, _)| SimStream(s));
+            let accepted = listener
+                .accept()
+                .await
+                .and_then(|(s, _)| OpenSocket::register(s).map(SimStream));
             if tx.send(accepted).await.is_err() {
                 return;
             }

@@ -2,12 +2,17 @@
 //! and serving gRPC (plaintext or mutual TLS) or HTTP on an already-bound listener until a
 //! shutdown future completes.
 
-use leasehold_proto::transport::{server_builder, ServeError, TlsPem};
+use super::tls_listen::TlsListener;
+use leasehold_proto::transport::{
+    rustls_server_config, server_builder, ServeError, TlsConfigError, TlsPem,
+};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::net::{TcpListener, UnixListener};
+use tokio_rustls::rustls::ServerConfig;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::server::{Router, TcpIncoming};
 use tonic::transport::Server;
@@ -192,24 +197,38 @@ pub async fn serve_grpc(
     }
 }
 
+/// The HTTP listener's mutual TLS: the gRPC listener's material and rules (every client
+/// presents a certificate chaining to `tls.ca`), HTTP/1.1 only.
+pub fn http_tls_config(tls: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError> {
+    rustls_server_config(tls, &[b"http/1.1"])
+}
+
 /// Connections accepted on `listener`, each with `TCP_NODELAY` set.
 fn tcp_incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Serves an HTTP router on `listener` until `shutdown` completes.
+/// Serves an HTTP router on `listener` until `shutdown` completes: on TCP with mutual TLS
+/// when `tls` is given (see [`http_tls_config`]), on a Unix socket always plaintext (file
+/// permissions decide who connects).
 pub async fn serve_http(
     router: axum::Router,
     listener: Listener,
+    tls: Option<Arc<ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    match listener {
-        Listener::Tcp(l) => {
+    match (listener, tls) {
+        (Listener::Tcp(l), Some(tls)) => {
+            axum::serve(TlsListener::new(l, tls), router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        (Listener::Tcp(l), None) => {
             axum::serve(l, router)
                 .with_graceful_shutdown(shutdown)
                 .await
         }
-        Listener::Unix(l) => {
+        (Listener::Unix(l), _) => {
             axum::serve(l, router)
                 .with_graceful_shutdown(shutdown)
                 .await

@@ -8,3 +8,4 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod rls;
+pub mod tls_listen;

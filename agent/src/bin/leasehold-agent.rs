@@ -10,7 +10,9 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use leasehold_agent::api::listen::{grpc_server, serve_grpc, serve_http};
+use leasehold_agent::api::listen::{
+    grpc_server, http_tls_config, serve_grpc, serve_http, Listener,
+};
 use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, RuleSource};
@@ -283,10 +285,12 @@ async fn run() -> Result<()> {
     tracing::info!(addr = %grpc_listener.local_addr()?, mtls = tls.is_some(), "gRPC (Envoy RLS, Admit) listening");
     let grpc_task = tokio::spawn(serve_grpc(grpc, grpc_listener, stopped(rx.clone())));
 
+    let http_tls = tls.as_ref().map(http_tls_config).transpose()?;
     let http_listener = cfg.http_listen()?.bind().await?;
-    tracing::info!(addr = %http_listener.local_addr()?, "HTTP listening");
+    let http_mtls = http_tls.is_some() && matches!(http_listener, Listener::Tcp(_));
+    tracing::info!(addr = %http_listener.local_addr()?, mtls = http_mtls, "HTTP listening");
     let router = http::router_with_readiness(Arc::clone(&engine), clock, readiness);
-    let http_task = tokio::spawn(serve_http(router, http_listener, stopped(rx)));
+    let http_task = tokio::spawn(serve_http(router, http_listener, http_tls, stopped(rx)));
 
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -57,7 +57,8 @@ impl AgentConfig {
             ));
         }
         self.lease_verifier()?;
-        self.check_listener(&grpc)
+        self.check_listener("grpc_addr", &self.grpc_addr, &grpc)?;
+        self.check_listener("http_addr", &self.http_addr, &http)
     }
 
     fn check_files(&self) -> Result<(), ConfigError> {
@@ -139,16 +140,24 @@ impl AgentConfig {
     }
 
     /// Plaintext gRPC is the default only where no other host can connect.
-    fn check_listener(&self, grpc: &ListenAddr) -> Result<(), ConfigError> {
+    /// Both listeners serve mutual TLS with `listen_tls` (a Unix socket stays plaintext:
+    /// file permissions decide who connects); without it, only local addresses are
+    /// accepted unless `listen_insecure` says otherwise.
+    fn check_listener(
+        &self,
+        field: &'static str,
+        text: &str,
+        addr: &ListenAddr,
+    ) -> Result<(), ConfigError> {
         match (&self.listen_tls, self.listen_insecure) {
             (Some(_), true) => Err(invalid(
                 "listen_insecure",
                 true,
                 "cannot be combined with listen_tls",
             )),
-            (None, false) if !grpc.is_local() => Err(invalid(
-                "grpc_addr",
-                &self.grpc_addr,
+            (None, false) if !addr.is_local() => Err(invalid(
+                field,
+                text,
                 "other hosts can connect to it: give listen_tls for mutual TLS, \
                  or `listen_insecure: true` to serve plaintext anyway",
             )),

@@ -289,3 +289,5 @@ impl Drop for InFlight {
 
 // Decisions keep every result inline: a larger result makes every decision bigger.
 const _: () = assert!(std::mem::size_of::<DimensionResult>() <= 96);
+// Returned by value from `Engine::admit`; docs/api.md promises under 1 KiB.
+const _: () = assert!(std::mem::size_of::<Decision>() <= 1024);

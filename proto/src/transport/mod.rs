@@ -48,6 +48,7 @@ pub mod identity;
 mod pem;
 mod pki;
 mod pki_files;
+mod rustls_server;
 mod tls;
 
 pub use auth::{check_acts_as, check_role, peer_identity, require_role, AuthMode};
@@ -61,6 +62,7 @@ pub use pki::{
     PKI_IDENTITIES_MAX, PKI_VALID_DAYS_MAX,
 };
 pub use pki_files::{cert_file_name, key_file_name, PkiFilesError, CA_CERT_FILE, CA_KEY_FILE};
+pub use rustls_server::rustls_server_config;
 pub use tls::{
     client_tls_config, ensure_crypto_provider, serve_router, server_builder, server_tls_config,
     ServeError, TLS_HANDSHAKE_TIMEOUT_MS,

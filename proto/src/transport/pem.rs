@@ -210,7 +210,7 @@ fn invalid(kind: PemKind, origin: &str, reason: &str) -> TlsConfigError {
 }
 
 /// Every `CERTIFICATE` block, each checked to be well-formed X.509; at least one.
-fn parse_certs(
+pub(super) fn parse_certs(
     kind: PemKind,
     pem: &str,
     origin: &str,
@@ -231,7 +231,7 @@ fn parse_certs(
     Ok(certs)
 }
 
-fn parse_key(pem: &str, origin: &str) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
+pub(super) fn parse_key(pem: &str, origin: &str) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
     PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|err| {
         invalid(
             PemKind::Key,

@@ -1,0 +1,43 @@
+//! A plain rustls server configuration for mutual TLS, for listeners that are not tonic's
+//! (the agent's HTTP API): the same rules as [`server_tls_config`](super::server_tls_config).
+
+use std::sync::Arc;
+
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use super::pem::{parse_certs, parse_key, PemKind, TlsConfigError, TlsPem};
+use super::tls::ensure_crypto_provider;
+
+/// Presents `pem.cert`/`pem.key`, REQUIRES every client to present a certificate that chains
+/// to `pem.ca` (a client without one fails the handshake), and offers `alpn` protocols.
+pub fn rustls_server_config(
+    pem: &TlsPem,
+    alpn: &[&[u8]],
+) -> Result<Arc<ServerConfig>, TlsConfigError> {
+    ensure_crypto_provider();
+    pem.validate()?;
+    let origin = "in-memory PEM";
+    let rejected = |kind, reason: String| TlsConfigError::Invalid {
+        kind,
+        origin: origin.to_owned(),
+        reason,
+    };
+    let mut roots = RootCertStore::empty();
+    for der in parse_certs(PemKind::Ca, &pem.ca, origin)? {
+        roots
+            .add(der)
+            .map_err(|e| rejected(PemKind::Ca, e.to_string()))?;
+    }
+    let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| rejected(PemKind::Ca, e.to_string()))?;
+    let chain = parse_certs(PemKind::Cert, &pem.cert, origin)?;
+    let key = parse_key(&pem.key, origin)?;
+    let mut config = ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| rejected(PemKind::Key, e.to_string()))?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}

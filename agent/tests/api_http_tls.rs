@@ -146,3 +146,60 @@ fn a_non_local_http_address_needs_listen_tls_or_listen_insecure() {
     };
     insecure.validate().unwrap();
 }
+
+/// Kills the agent process when the test ends, even on a failed assertion.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_binary_serves_http_over_mutual_tls_given_the_tls_flags() {
+    use leasehold_proto::transport::{cert_file_name, key_file_name, PeerIdentity, CA_CERT_FILE};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::generate(
+        &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
+        SystemTime::now(),
+    )
+    .unwrap();
+    pki.write_to(dir.path(), false).unwrap();
+    let id = PeerIdentity::new(Role::Agent, "gw-1").unwrap();
+    // A free port: bound by the OS, released for the agent to take.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
+        .arg("--standalone")
+        .arg("--grpc-addr")
+        .arg(format!("unix:{}", dir.path().join("grpc.sock").display()))
+        .args(["--http-addr", &addr.to_string()])
+        .arg("--tls-ca")
+        .arg(dir.path().join(CA_CERT_FILE))
+        .arg("--tls-cert")
+        .arg(dir.path().join(cert_file_name(&id)))
+        .arg("--tls-key")
+        .arg(dir.path().join(key_file_name(&id)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = Running(child);
+    let gateway = pki.tls_pem(Role::Agent, "edge-proxy").unwrap();
+    let connector = client(&pki.ca_cert_pem, Some(&gateway));
+    let started = std::time::Instant::now();
+    let answer = loop {
+        match health(addr, &connector).await {
+            Some(answer) => break answer,
+            None if started.elapsed() > Duration::from_secs(10) => panic!("never answered"),
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let anonymous = health(addr, &client(&pki.ca_cert_pem, None)).await;
+    assert_eq!(anonymous, None, "a client without a certificate");
+}

@@ -1,7 +1,7 @@
 //! Mutual TLS on the agent's HTTP listener (the same `listen_tls` material as gRPC): a client
 //! with a certificate from the configured CA is answered; one without a certificate, a
 //! plaintext client, and a client that connects and stalls get nothing and hold up no one.
-//! A non-local HTTP address without `listen_tls` is refused by name.
+//! A non-local HTTP address without `listen_tls` is refused by name. Also through the binary.
 
 use leasehold_agent::api::http;
 use leasehold_agent::api::listen::{http_tls_config, serve_http, ListenAddr};

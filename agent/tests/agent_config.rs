@@ -3,8 +3,11 @@
 
 use leasehold_agent::config::{AgentConfig, Overrides};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+mod support;
+use support::{agent, Running};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/agent/agent.yaml")
@@ -31,22 +34,6 @@ fn the_shipped_example_parses_and_validates() {
     )
     .unwrap();
     assert!(sidecar.grpc_listen().unwrap().is_local());
-}
-
-fn agent(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-agent"));
-    cmd.args(args).env("RUST_BACKTRACE", "0");
-    cmd
-}
-
-/// Kills the agent when the test ends, even on a failed assertion.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn wait_for(path: &Path) -> bool {

@@ -19,6 +19,9 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
+mod support;
+use support::{agent, free_addr, tls_files, Running};
+
 const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n";
 
 async fn start(server: &TlsPem) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
@@ -147,19 +150,8 @@ fn a_non_local_http_address_needs_listen_tls_or_listen_insecure() {
     insecure.validate().unwrap();
 }
 
-/// Kills the agent process when the test ends, even on a failed assertion.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_binary_serves_http_over_mutual_tls_given_the_tls_flags() {
-    use leasehold_proto::transport::{cert_file_name, key_file_name, PeerIdentity, CA_CERT_FILE};
     let dir = tempfile::tempdir().unwrap();
     let pki = DevPki::generate(
         &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
@@ -167,23 +159,18 @@ async fn the_binary_serves_http_over_mutual_tls_given_the_tls_flags() {
     )
     .unwrap();
     pki.write_to(dir.path(), false).unwrap();
-    let id = PeerIdentity::new(Role::Agent, "gw-1").unwrap();
-    // A free port: bound by the OS, released for the agent to take.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
-        .arg("--standalone")
+    let tls = tls_files(dir.path(), Role::Agent, "gw-1");
+    let addr = free_addr();
+    let child = agent(&["--standalone"])
         .arg("--grpc-addr")
         .arg(format!("unix:{}", dir.path().join("grpc.sock").display()))
         .args(["--http-addr", &addr.to_string()])
         .arg("--tls-ca")
-        .arg(dir.path().join(CA_CERT_FILE))
+        .arg(&tls.ca)
         .arg("--tls-cert")
-        .arg(dir.path().join(cert_file_name(&id)))
+        .arg(&tls.cert)
         .arg("--tls-key")
-        .arg(dir.path().join(key_file_name(&id)))
+        .arg(&tls.key)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

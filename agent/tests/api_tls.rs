@@ -4,7 +4,7 @@
 
 use leasehold_agent::api::listen::{grpc_server, serve_grpc, ListenAddr};
 use leasehold_agent::api::rls::RlsServer;
-use leasehold_agent::config::{AgentConfig, TlsFiles};
+use leasehold_agent::config::AgentConfig;
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::time::{Clock, SystemClock};
@@ -15,15 +15,14 @@ use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
-use leasehold_proto::transport::{
-    cert_file_name, client_tls_config, key_file_name, DevPki, PeerIdentity, PkiSpec, Role,
-    CA_CERT_FILE,
-};
+use leasehold_proto::transport::{client_tls_config, DevPki, PkiSpec, Role};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tonic::transport::{Channel, Endpoint};
+
+mod support;
+use support::{agent, free_addr, tls_files, Running};
 
 const LIMITS: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
 
@@ -38,15 +37,6 @@ fn request() -> RateLimitRequest {
             ..Default::default()
         }],
         hits_addend: 1,
-    }
-}
-
-fn files(dir: &Path, role: Role, name: &str) -> TlsFiles {
-    let id = PeerIdentity::new(role, name).unwrap();
-    TlsFiles {
-        ca: dir.join(CA_CERT_FILE),
-        cert: dir.join(cert_file_name(&id)),
-        key: dir.join(key_file_name(&id)),
     }
 }
 
@@ -108,7 +98,7 @@ async fn the_grpc_listener_answers_clients_with_a_certificate_from_its_ca_only()
     let cfg = AgentConfig {
         grpc_addr: "127.0.0.1:0".into(),
         standalone: true,
-        listen_tls: Some(files(dir.path(), Role::Agent, "gw-1")),
+        listen_tls: Some(tls_files(dir.path(), Role::Agent, "gw-1")),
         ..AgentConfig::default()
     };
     cfg.validate().unwrap();
@@ -172,16 +162,6 @@ async fn without_listen_tls_a_loopback_listener_serves_plaintext() {
     let _ = stop.send(());
 }
 
-/// Kills the agent process when the test ends, even on a failed assertion.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_binary_serves_mutual_tls_given_the_tls_flags() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,14 +173,9 @@ async fn the_binary_serves_mutual_tls_given_the_tls_flags() {
     pki.write_to(dir.path(), false).unwrap();
     let limits = dir.path().join("edge.yaml");
     std::fs::write(&limits, LIMITS).unwrap();
-    let tls = files(dir.path(), Role::Agent, "gw-1");
-    // A free port: bound by the OS, released for the agent to take.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-agent"))
-        .arg("--standalone")
+    let tls = tls_files(dir.path(), Role::Agent, "gw-1");
+    let addr = free_addr();
+    let child = agent(&["--standalone"])
         .arg("--ratelimit-config")
         .arg(&limits)
         .args(["--grpc-addr", &addr.to_string()])

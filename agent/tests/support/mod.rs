@@ -1,0 +1,45 @@
+//! What the agent's process and TLS tests share: running the binary, free ports, the dev
+//! PKI's files.
+
+#![allow(dead_code)] // Each test binary uses a different part.
+
+use leasehold_agent::config::TlsFiles;
+use leasehold_proto::transport::{cert_file_name, key_file_name, PeerIdentity, Role, CA_CERT_FILE};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// Kills the agent process when the test ends, even on a failed assertion.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The agent binary with `args`, without backtraces in its error output.
+pub fn agent(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-agent"));
+    cmd.args(args).env("RUST_BACKTRACE", "0");
+    cmd
+}
+
+/// A free loopback port: bound by the OS, released for the agent to take.
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The CA, certificate and key files of `role/name` in a dev PKI written to `dir`.
+pub fn tls_files(dir: &Path, role: Role, name: &str) -> TlsFiles {
+    let id = PeerIdentity::new(role, name).unwrap();
+    TlsFiles {
+        ca: dir.join(CA_CERT_FILE),
+        cert: dir.join(cert_file_name(&id)),
+        key: dir.join(key_file_name(&id)),
+    }
+}

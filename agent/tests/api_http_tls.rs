@@ -20,7 +20,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
 mod support;
-use support::{agent, free_addr, tls_files, Running};
+use support::{agent_pki, free_addr, spawn_with_tls};
 
 const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n";
 
@@ -153,29 +153,14 @@ fn a_non_local_http_address_needs_listen_tls_or_listen_insecure() {
 #[tokio::test]
 async fn the_binary_serves_http_over_mutual_tls_given_the_tls_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = DevPki::generate(
-        &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
-        SystemTime::now(),
-    )
-    .unwrap();
-    pki.write_to(dir.path(), false).unwrap();
-    let tls = tls_files(dir.path(), Role::Agent, "gw-1");
+    let (pki, tls) = agent_pki(dir.path());
     let addr = free_addr();
-    let child = agent(&["--standalone"])
-        .arg("--grpc-addr")
-        .arg(format!("unix:{}", dir.path().join("grpc.sock").display()))
-        .args(["--http-addr", &addr.to_string()])
-        .arg("--tls-ca")
-        .arg(&tls.ca)
-        .arg("--tls-cert")
-        .arg(&tls.cert)
-        .arg("--tls-key")
-        .arg(&tls.key)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _running = Running(child);
+    let grpc = format!("unix:{}", dir.path().join("grpc.sock").display());
+    let http = addr.to_string();
+    let _running = spawn_with_tls(
+        &["--standalone", "--grpc-addr", &grpc, "--http-addr", &http],
+        &tls,
+    );
     let gateway = pki.tls_pem(Role::Agent, "edge-proxy").unwrap();
     let connector = client(&pki.ca_cert_pem, Some(&gateway));
     let started = std::time::Instant::now();

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use tonic::transport::{Channel, Endpoint};
 
 mod support;
-use support::{agent, free_addr, tls_files, Running};
+use support::{agent_pki, free_addr, spawn_with_tls, tls_files};
 
 const LIMITS: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
 
@@ -165,33 +165,24 @@ async fn without_listen_tls_a_loopback_listener_serves_plaintext() {
 #[tokio::test]
 async fn the_binary_serves_mutual_tls_given_the_tls_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = DevPki::generate(
-        &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
-        SystemTime::now(),
-    )
-    .unwrap();
-    pki.write_to(dir.path(), false).unwrap();
+    let (pki, tls) = agent_pki(dir.path());
     let limits = dir.path().join("edge.yaml");
     std::fs::write(&limits, LIMITS).unwrap();
-    let tls = tls_files(dir.path(), Role::Agent, "gw-1");
-    let addr = free_addr();
-    let child = agent(&["--standalone"])
-        .arg("--ratelimit-config")
-        .arg(&limits)
-        .args(["--grpc-addr", &addr.to_string()])
-        .arg("--http-addr")
-        .arg(format!("unix:{}", dir.path().join("http.sock").display()))
-        .arg("--tls-ca")
-        .arg(&tls.ca)
-        .arg("--tls-cert")
-        .arg(&tls.cert)
-        .arg("--tls-key")
-        .arg(&tls.key)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _running = Running(child);
+    let addr = free_addr().to_string();
+    let http = format!("unix:{}", dir.path().join("http.sock").display());
+    let limits = limits.display().to_string();
+    let _running = spawn_with_tls(
+        &[
+            "--standalone",
+            "--ratelimit-config",
+            &limits,
+            "--grpc-addr",
+            &addr,
+            "--http-addr",
+            &http,
+        ],
+        &tls,
+    );
     let gateway = pki.tls_pem(Role::Agent, "edge-proxy").unwrap();
     let endpoint = Endpoint::from_shared(format!("https://{addr}"))
         .unwrap()

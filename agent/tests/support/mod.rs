@@ -4,10 +4,13 @@
 #![allow(dead_code)] // Each test binary uses a different part.
 
 use leasehold_agent::config::TlsFiles;
-use leasehold_proto::transport::{cert_file_name, key_file_name, PeerIdentity, Role, CA_CERT_FILE};
+use leasehold_proto::transport::{
+    cert_file_name, key_file_name, DevPki, PeerIdentity, PkiSpec, Role, CA_CERT_FILE,
+};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
+use std::time::SystemTime;
 
 /// Kills the agent process when the test ends, even on a failed assertion.
 pub struct Running(pub Child);
@@ -32,6 +35,34 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// A dev PKI for agent `gw-1` and gateway `edge-proxy`, written to `dir`; returns it with
+/// the agent's files.
+pub fn agent_pki(dir: &Path) -> (DevPki, TlsFiles) {
+    let pki = DevPki::generate(
+        &PkiSpec::local(&[], &["gw-1", "edge-proxy"], &[]),
+        SystemTime::now(),
+    )
+    .unwrap();
+    pki.write_to(dir, false).unwrap();
+    (pki, tls_files(dir, Role::Agent, "gw-1"))
+}
+
+/// Starts the agent binary with `args`, serving mutual TLS with `tls`, its output dropped.
+pub fn spawn_with_tls(args: &[&str], tls: &TlsFiles) -> Running {
+    let child = agent(args)
+        .arg("--tls-ca")
+        .arg(&tls.ca)
+        .arg("--tls-cert")
+        .arg(&tls.cert)
+        .arg("--tls-key")
+        .arg(&tls.key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Running(child)
 }
 
 /// The CA, certificate and key files of `role/name` in a dev PKI written to `dir`.

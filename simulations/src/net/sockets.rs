@@ -186,10 +186,9 @@ mod tests {
         ports
     }
 
-    #[test]
-    fn a_crashed_host_closes_its_sockets_in_the_order_it_opened_them() {
-        reset();
-        // Every message spends at least a tick on its link, so the FINs can be read there.
+    /// A simulation whose host `server` accepts and holds every connection; every message
+    /// spends one tick on its link.
+    fn sim_with_server() -> turmoil::Sim<'static> {
         let mut sim = turmoil::Builder::new()
             .min_message_latency(Duration::from_millis(1))
             .max_message_latency(Duration::from_millis(1))
@@ -200,6 +199,14 @@ mod tests {
                 hold(listener.accept().await?.0);
             }
         });
+        sim
+    }
+
+    #[test]
+    fn a_crashed_host_closes_its_sockets_in_the_order_it_opened_them() {
+        reset();
+        // Every message spends a tick on its link, so the FINs can be read there.
+        let mut sim = sim_with_server();
         let opened = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&opened);
         sim.host("client", move || {
@@ -239,16 +246,7 @@ mod tests {
     #[test]
     fn a_socket_dropped_outside_a_crash_closes_alone() {
         reset();
-        let mut sim = turmoil::Builder::new()
-            .min_message_latency(Duration::from_millis(1))
-            .max_message_latency(Duration::from_millis(1))
-            .build();
-        sim.host("server", || async {
-            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
-            loop {
-                hold(listener.accept().await?.0);
-            }
-        });
+        let mut sim = sim_with_server();
         let closed = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&closed);
         sim.host("client", move || {

@@ -28,6 +28,22 @@ pub(crate) fn same(a: &str, b: &str) -> bool {
     }
 }
 
+/// Length, first and last eight bytes of `s` folded into one word.
+#[inline]
+pub(crate) fn sample(s: &str) -> u64 {
+    let b = s.as_bytes();
+    let n = b.len();
+    let (first, last) = match n {
+        0 => (0, 0),
+        1..=7 => {
+            let fold = |bytes: &[u8]| bytes.iter().fold(0u64, |h, &x| (h << 8) | u64::from(x));
+            (fold(b), 0)
+        }
+        _ => (word8(b, 0), word8(b, n - 8)),
+    };
+    first ^ last.rotate_left(29) ^ ((n as u64) << 56)
+}
+
 #[inline]
 fn word4(s: &[u8], at: usize) -> u32 {
     let mut w = [0; 4];

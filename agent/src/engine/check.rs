@@ -2,11 +2,12 @@
 
 use super::admit::{Charge, Ctx, Step};
 use super::decision::{DenyReason, Outcome};
+use super::fastkey::values_hash;
 use super::local::LocalLimiter;
 use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
-use super::tcache::{KeyBuffers, Scratch};
+use super::tcache::{EntryCache, KeyBuffers, Scratch};
 use super::Engine;
 use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
 use leasehold_common::rate::Rate;
@@ -34,7 +35,18 @@ impl Engine {
             ..
         } = scratch;
         let KeyBuffers { fast, builder } = keys;
-        let key: &str = if p.fast_key.build(entries, fast) {
+        let plain = p.fast_key.plain_values(entries);
+        let values_hash = plain
+            .as_ref()
+            .map(|values| values_hash(values, p.generation));
+        if let (Some(values), Some(vh)) = (&plain, values_hash) {
+            let is_key = |key: &str| p.fast_key.is_key_of(values, key);
+            if let Some(entry) = cached.get_plain(vh, p.generation, is_key) {
+                return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
+            }
+        }
+        let key: &str = if let Some(values) = &plain {
+            p.fast_key.write(values, fast);
             fast
         } else {
             match builder.build(&p.schema, entries) {
@@ -56,10 +68,17 @@ impl Engine {
         if let Some(entry) = cached.get(key, hash, p.generation) {
             return self.on_entry(p, key, entry, units, emergency, ctx);
         }
-        let found = self.table.with(key, hash, p.generation, |entry| {
-            if entry.cacheable() {
-                cached.put(entry);
+        let remember = |cached: &mut EntryCache, entry: &Arc<Entry>| {
+            if !entry.cacheable() {
+                return;
             }
+            match values_hash {
+                Some(vh) => cached.put_plain(vh, entry),
+                None => cached.put(entry),
+            }
+        };
+        let found = self.table.with(key, hash, p.generation, |entry| {
+            remember(cached, entry);
             self.on_entry(p, key, entry, units, emergency, ctx)
         });
         if let Some(step) = found {
@@ -73,9 +92,7 @@ impl Engine {
             });
         match made {
             Ok((entry, _)) => {
-                if entry.cacheable() {
-                    cached.put(&entry);
-                }
+                remember(cached, &entry);
                 self.on_entry(p, key, &entry, units, emergency, ctx)
             }
             Err(TableFull) => {

@@ -9,7 +9,12 @@
 //! which stays the one definition of the key format: this path only ever produces a key
 //! that the builder would produce for the same input (a property test holds it to that).
 
+use super::bytes::same;
 use leasehold_common::key::{KeySchema, ENTRIES_MAX};
+use smallvec::SmallVec;
+
+/// The values of a key's dimensions, in the policy's order.
+pub(crate) type PlainValues<'e> = SmallVec<[&'e str; 4]>;
 use leasehold_common::policy::Policy;
 
 #[derive(Clone, Debug)]
@@ -66,42 +71,111 @@ impl FastKey {
         }
     }
 
-    /// Writes the canonical key of `entries` into `out` if they take the common case;
-    /// false (with `out` in any state) when the general builder must decide.
+    /// The values of the key dimensions, in the policy's order, if `entries` take the
+    /// common case; None when the general builder must decide.
     #[inline]
-    pub(crate) fn build(&self, entries: &[(&str, &str)], out: &mut String) -> bool {
-        out.clear();
+    pub(crate) fn plain_values<'e>(&self, entries: &[(&str, &'e str)]) -> Option<PlainValues<'e>> {
         if entries.len() > ENTRIES_MAX {
-            return false;
+            return None;
         }
-        if self.parts.is_empty() {
-            out.push_str(&self.head);
-            return out.len() <= self.key_len_max;
-        }
+        let mut values = PlainValues::new();
+        let mut len = self.fixed_len();
         for part in &self.parts {
-            let Some(value) = single_value(&part.name, entries) else {
-                return false;
-            };
+            let value = single_value(&part.name, entries)?;
             let plain = !value.is_empty()
                 && value.len() <= part.max_len
                 && value
                     .bytes()
                     .all(|b| is_raw(b) && !(part.lowercase && b.is_ascii_uppercase()));
-            if !plain
-                || (!part.values.is_empty()
-                    && part
-                        .values
-                        .binary_search_by(|v| v.as_str().cmp(value))
-                        .is_err())
-                || out.len() + part.prefix.len() + value.len() > self.key_len_max
-            {
-                return false;
+            let allowed = part.values.is_empty()
+                || part
+                    .values
+                    .binary_search_by(|v| v.as_str().cmp(value))
+                    .is_ok();
+            if !plain || !allowed {
+                return None;
             }
+            len += value.len();
+            values.push(value);
+        }
+        (len <= self.key_len_max).then_some(values)
+    }
+
+    /// Writes the canonical key of plain `values` into `out`.
+    #[inline]
+    pub(crate) fn write(&self, values: &[&str], out: &mut String) {
+        out.clear();
+        if self.parts.is_empty() {
+            out.push_str(&self.head);
+            return;
+        }
+        for (part, value) in self.parts.iter().zip(values) {
             out.push_str(&part.prefix);
             out.push_str(value);
         }
+    }
+
+    /// Whether `key` is the canonical key of plain `values`, compared in place.
+    #[inline]
+    pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
+        let len = self.fixed_len() + values.iter().map(|v| v.len()).sum::<usize>();
+        if key.len() != len {
+            return false;
+        }
+        if self.parts.is_empty() {
+            return same(key, &self.head);
+        }
+        let mut at = 0;
+        for (part, value) in self.parts.iter().zip(values) {
+            let Some(prefix) = key.get(at..at + part.prefix.len()) else {
+                return false;
+            };
+            at += part.prefix.len();
+            let Some(found) = key.get(at..at + value.len()) else {
+                return false;
+            };
+            at += value.len();
+            if !same(prefix, &part.prefix) || !same(found, value) {
+                return false;
+            }
+        }
         true
     }
+
+    /// Writes the canonical key of `entries` into `out` if they take the common case;
+    /// false (with `out` in any state) when the general builder must decide.
+    #[cfg(test)]
+    pub(crate) fn build(&self, entries: &[(&str, &str)], out: &mut String) -> bool {
+        match self.plain_values(entries) {
+            Some(values) => {
+                self.write(&values, out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes of the key that are not values: the head alone, or every part's prefix.
+    fn fixed_len(&self) -> usize {
+        if self.parts.is_empty() {
+            self.head.len()
+        } else {
+            self.parts.iter().map(|p| p.prefix.len()).sum()
+        }
+    }
+}
+
+/// A cheap hash of plain values for a thread's own key cache, mixed with `seed` (the
+/// policy's generation). Collisions only cost a cache miss, so no keyed hash is needed.
+#[inline]
+pub(crate) fn values_hash(values: &[&str], seed: u64) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = seed.wrapping_mul(K);
+    for v in values {
+        h = (h ^ super::bytes::sample(v)).wrapping_mul(K);
+        h ^= h >> 29;
+    }
+    h
 }
 
 /// The value of `name` if it is given exactly once.
@@ -109,7 +183,7 @@ impl FastKey {
 fn single_value<'e>(name: &str, entries: &[(&str, &'e str)]) -> Option<&'e str> {
     let mut found = None;
     for (k, v) in entries {
-        if super::bytes::same(k, name) {
+        if same(k, name) {
             if found.is_some() {
                 return None;
             }
@@ -203,6 +277,25 @@ mod tests {
                         .iter()
                         .all(|n| pairs.iter().filter(|(k, _)| k == n).count() == 1);
                 prop_assert!(!plain, "plain input {:?} fell back", pairs);
+            }
+        }
+
+        /// A key compared in place against plain values is equal exactly when the values'
+        /// canonical key is that key.
+        #[test]
+        fn keys_match_in_place_exactly_when_equal(a in entries(), b in entries()) {
+            let p = policy();
+            let schema = KeySchema::new(&p).unwrap();
+            let fast = FastKey::new(&p, &schema);
+            let a: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let b: Vec<(&str, &str)> = b.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let Some(values) = fast.plain_values(&a) else { return Ok(()); };
+            let mut own = String::new();
+            fast.write(&values, &mut own);
+            prop_assert!(fast.is_key_of(&values, &own));
+            let mut builder = KeyBuilder::new();
+            if let Ok(other) = builder.build(&schema, &b) {
+                prop_assert_eq!(fast.is_key_of(&values, other.key), other.key == own);
             }
         }
     }

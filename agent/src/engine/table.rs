@@ -94,13 +94,20 @@ impl Entry {
         !matches!(self.state, EntryState::InFlight { .. })
     }
 
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
     /// Whether this is still the table's entry for `key` under `generation`.
     #[inline]
     pub(crate) fn is_current(&self, key: &str, hash: u64, generation: u64) -> bool {
-        self.hash == hash
-            && self.generation == generation
-            && !self.removed.load(Ordering::Acquire)
-            && super::bytes::same(&self.key, key)
+        self.hash == hash && self.is_live(generation) && super::bytes::same(&self.key, key)
+    }
+
+    /// Whether this is still in the table, built for `generation`.
+    #[inline]
+    pub(crate) fn is_live(&self, generation: u64) -> bool {
+        self.generation == generation && !self.removed.load(Ordering::Acquire)
     }
 
     /// Marks the entry as no longer in the table. Unless its state moves on to a

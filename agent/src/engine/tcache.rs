@@ -51,16 +51,39 @@ impl KeyBuffers {
     }
 }
 
-/// Recently used entries of one engine (leased and local limiters).
+/// Recently used entries of one engine (leased and local limiters): those of requests
+/// whose values are plain by a hash of the values (found without building the key), the
+/// others by the key's hash.
 pub(crate) struct EntryCache {
     entries: Box<[Option<Arc<Entry>>]>,
+    plain: Box<[Option<Arc<Entry>>]>,
 }
 
 impl EntryCache {
     fn new() -> Self {
         EntryCache {
             entries: vec![None; KEYS_CACHED].into_boxed_slice(),
+            plain: vec![None; KEYS_CACHED].into_boxed_slice(),
         }
+    }
+
+    /// The cached entry of a request with plain values hashing to `values_hash` that is
+    /// still the table's entry for `generation` and whose key `is_key` accepts.
+    #[inline]
+    pub(crate) fn get_plain(
+        &self,
+        values_hash: u64,
+        generation: u64,
+        is_key: impl FnOnce(&str) -> bool,
+    ) -> Option<&Arc<Entry>> {
+        self.plain[Self::index(values_hash)]
+            .as_ref()
+            .filter(|e| e.is_live(generation) && is_key(e.key()))
+    }
+
+    /// Remembers `entry` for requests whose plain values hash to `values_hash`.
+    pub(crate) fn put_plain(&mut self, values_hash: u64, entry: &Arc<Entry>) {
+        remember(&mut self.plain[Self::index(values_hash)], entry);
     }
 
     #[inline]
@@ -79,14 +102,18 @@ impl EntryCache {
 
     /// Remembers `entry` (just found or made in the table, and cacheable).
     pub(crate) fn put(&mut self, entry: &Arc<Entry>) {
-        let slot = &mut self.entries[Self::index(entry.hash())];
-        if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
-            *slot = Some(Arc::clone(entry));
-        }
+        remember(&mut self.entries[Self::index(entry.hash())], entry);
     }
 
     fn clear(&mut self) {
         self.entries.iter_mut().for_each(|e| *e = None);
+        self.plain.iter_mut().for_each(|e| *e = None);
+    }
+}
+
+fn remember(slot: &mut Option<Arc<Entry>>, entry: &Arc<Entry>) {
+    if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
+        *slot = Some(Arc::clone(entry));
     }
 }
 

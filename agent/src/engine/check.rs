@@ -2,7 +2,7 @@
 
 use super::admit::{Charge, Ctx, Step};
 use super::decision::{DenyReason, Outcome};
-use super::fastkey::values_hash;
+use super::fastkey::{values_hash, PlainValues};
 use super::local::LocalLimiter;
 use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
@@ -35,18 +35,17 @@ impl Engine {
             ..
         } = scratch;
         let KeyBuffers { fast, builder } = keys;
-        let plain = p.fast_key.plain_values(entries);
-        let values_hash = plain
-            .as_ref()
-            .map(|values| values_hash(values, p.generation));
-        if let (Some(values), Some(vh)) = (&plain, values_hash) {
-            let is_key = |key: &str| p.fast_key.is_key_of(values, key);
+        let mut values = PlainValues::new();
+        let plain = p.fast_key.plain_values(entries, &mut values);
+        let values_hash = plain.then(|| values_hash(&values, p.generation));
+        if let Some(vh) = values_hash {
+            let is_key = |key: &str| p.fast_key.is_key_of(&values, key);
             if let Some(entry) = cached.get_plain(vh, p.generation, is_key) {
                 return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
             }
         }
-        let key: &str = if let Some(values) = &plain {
-            p.fast_key.write(values, fast);
+        let key: &str = if plain {
+            p.fast_key.write(&values, fast);
             fast
         } else {
             match builder.build(&p.schema, entries) {

@@ -71,17 +71,25 @@ impl FastKey {
         }
     }
 
-    /// The values of the key dimensions, in the policy's order, if `entries` take the
-    /// common case; None when the general builder must decide.
+    /// Puts the values of the key dimensions, in the policy's order, into `values` if
+    /// `entries` take the common case; false (with `values` in any state) when the general
+    /// builder must decide. Filled in place: returned by value, the values would be
+    /// written and read back in differently sized pieces, and the read would wait.
     #[inline]
-    pub(crate) fn plain_values<'e>(&self, entries: &[(&str, &'e str)]) -> Option<PlainValues<'e>> {
+    pub(crate) fn plain_values<'e>(
+        &self,
+        entries: &[(&str, &'e str)],
+        values: &mut PlainValues<'e>,
+    ) -> bool {
+        values.clear();
         if entries.len() > ENTRIES_MAX {
-            return None;
+            return false;
         }
-        let mut values = PlainValues::new();
         let mut len = self.fixed_len();
         for part in &self.parts {
-            let value = single_value(&part.name, entries)?;
+            let Some(value) = single_value(&part.name, entries) else {
+                return false;
+            };
             let plain = !value.is_empty()
                 && value.len() <= part.max_len
                 && value
@@ -93,12 +101,12 @@ impl FastKey {
                     .binary_search_by(|v| v.as_str().cmp(value))
                     .is_ok();
             if !plain || !allowed {
-                return None;
+                return false;
             }
             len += value.len();
             values.push(value);
         }
-        (len <= self.key_len_max).then_some(values)
+        len <= self.key_len_max
     }
 
     /// Writes the canonical key of plain `values` into `out`.
@@ -146,13 +154,12 @@ impl FastKey {
     /// false (with `out` in any state) when the general builder must decide.
     #[cfg(test)]
     pub(crate) fn build(&self, entries: &[(&str, &str)], out: &mut String) -> bool {
-        match self.plain_values(entries) {
-            Some(values) => {
-                self.write(&values, out);
-                true
-            }
-            None => false,
+        let mut values = PlainValues::new();
+        if !self.plain_values(entries, &mut values) {
+            return false;
         }
+        self.write(&values, out);
+        true
     }
 
     /// Bytes of the key that are not values: the head alone, or every part's prefix.
@@ -289,7 +296,10 @@ mod tests {
             let fast = FastKey::new(&p, &schema);
             let a: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let b: Vec<(&str, &str)> = b.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let Some(values) = fast.plain_values(&a) else { return Ok(()); };
+            let mut values = PlainValues::new();
+            if !fast.plain_values(&a, &mut values) {
+                return Ok(());
+            }
             let mut own = String::new();
             fast.write(&values, &mut own);
             prop_assert!(fast.is_key_of(&values, &own));

@@ -92,3 +92,32 @@ fn a_restarted_agent_settles_its_previous_spending_only_from_its_state_file() {
         without.settlements
     );
 }
+
+/// On a Raft cluster, with leader crashes as well: agents restart from their state files,
+/// release their previous leases through whichever node leads, and the run replays exactly.
+#[test]
+fn a_cluster_run_with_leader_crashes_and_agent_state_files_replays_exactly() {
+    let cfg = NetConfig {
+        faults: 8,
+        leader_crash_at_ms: None,
+        agent_state: true,
+        ..NetConfig::quick_cluster()
+    };
+    let seed = 6;
+    let first = run(seed, &cfg).unwrap();
+    assert!(!first.leader_crashes().is_empty(), "{:?}", first.applied);
+    assert_p1_p2_kept(&first);
+    assert!(
+        !released_after_spending(&first).is_empty(),
+        "no crashed run released by its successor: {:?}",
+        first.settlements
+    );
+    let again = run(seed, &cfg).unwrap();
+    assert_eq!(again.applied, first.applied, "faults applied differently");
+    assert_eq!(again.leaders, first.leaders, "leader history differs");
+    assert_eq!(
+        again.admissions, first.admissions,
+        "the admission log differs between two runs"
+    );
+    assert_eq!(again.settlements, first.settlements);
+}

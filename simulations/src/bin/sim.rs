@@ -89,7 +89,8 @@ struct NetArgs {
     /// Faults drawn per seed.
     #[arg(long, default_value_t = 4)]
     faults: usize,
-    /// Runs every seed twice and fails if the two admission logs differ.
+    /// Runs every seed twice and fails if the two admission logs (or the crashed agents'
+    /// settlements) differ.
     #[arg(long)]
     check_replay: bool,
     /// With --check-replay, the second run of each seed stands still for 1.2 s of real time
@@ -249,8 +250,10 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
     for seed in args.from..args.from.saturating_add(args.seeds) {
         let r = net::run(seed, &cfg)?;
         print_net_report(&r, &cfg);
-        let replayed =
-            !args.check_replay || net::run(seed, &replay_cfg)?.admissions == r.admissions;
+        let replayed = !args.check_replay || {
+            let again = net::run(seed, &replay_cfg)?;
+            again.admissions == r.admissions && again.settlements == r.settlements
+        };
         if !replayed {
             println!("    a second run of this seed admitted differently");
         }

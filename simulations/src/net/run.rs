@@ -127,8 +127,9 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         at_ms,
         reason,
     };
-    // Every simulated host runs on this thread; fsyncs on tokio's blocking pool would finish
-    // at moments of real time the simulated clock cannot order.
+    // Every simulated host runs on this thread; fsyncs (Raft storage, agents' state files) on
+    // tokio's blocking pool would finish at moments of real time the simulated clock cannot
+    // order.
     leasehold_allocator::storage::error::run_blocking_inline_on_this_thread();
     leasehold_agent::lease::run_blocking_inline_on_this_thread();
     sockets::reset();

@@ -13,6 +13,11 @@ fn assert_bound_kept(seed: u64, r: &NetReport) {
         r.bound.worst_excess
     );
     assert!(r.ledger_conserved, "seed {seed}: ledger out of balance");
+    // Without state files a crashed agent's leases are written off whole: never less than
+    // what it admitted under them.
+    for s in &r.settlements {
+        assert!(s.holds(), "seed {seed}: spent twice: {s:?}");
+    }
     let admitted = r.admissions.len() as u64;
     assert!(
         admitted <= r.admitted_max,

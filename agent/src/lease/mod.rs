@@ -1,5 +1,6 @@
 //! The holder side of the lease protocol: grantors, the lease manager and its state file.
 
+mod blocking;
 pub mod grantor;
 pub mod manager;
 pub mod marks;
@@ -10,6 +11,7 @@ pub mod state_sled;
 mod watch;
 pub mod wire;
 
+pub use blocking::run_blocking_inline_on_this_thread;
 pub use grantor::{Grantor, GrantorError, LocalGrantor, RemoteGrantor, WatchStream};
 pub use manager::{LeaseManager, ManagerConfig, ManagerCounters};
 pub use state::{LeaseStore, MemoryStore, Recorded, StateBatch, StateError};

@@ -1,6 +1,7 @@
 //! The lease manager's durable state: marks before deposits, request-id blocks, and the
 //! release of a previous run's leases at start.
 
+use super::blocking::blocking;
 use super::grantor::GrantorError;
 use super::manager::LeaseManager;
 use super::marks::Allowance;
@@ -10,7 +11,7 @@ use leasehold_proto::leasehold::v1 as pb;
 use std::sync::Arc;
 
 impl LeaseManager {
-    /// Writes `batch` durably off the async threads. Without a store there is nothing to
+    /// Writes `batch` durably off the async threads (see [`super::blocking`]). Without a store there is nothing to
     /// write and it succeeds.
     async fn commit(&mut self, batch: StateBatch) -> bool {
         let Some(store) = self.store.as_ref().map(Arc::clone) else {
@@ -19,7 +20,7 @@ impl LeaseManager {
         if batch.is_empty() {
             return true;
         }
-        let done = tokio::task::spawn_blocking(move || store.commit(&batch)).await;
+        let done = blocking(move || store.commit(&batch)).await;
         match done {
             Ok(Ok(())) => {
                 self.counters.state_commits += 1;
@@ -124,7 +125,7 @@ impl LeaseManager {
         let Some(store) = self.store.as_ref().map(Arc::clone) else {
             return;
         };
-        let recorded = match tokio::task::spawn_blocking(move || store.load()).await {
+        let recorded = match blocking(move || store.load()).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 // Spending from a store that cannot be read could repeat request ids and

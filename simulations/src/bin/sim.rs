@@ -68,7 +68,7 @@ enum Cmd {
     /// Runs the production allocator service (one node, or a Raft cluster) and agents on a
     /// simulated network (turmoil) with seeded partitions, latency changes, agent crashes,
     /// clock steps and leader crashes; fails on the first seed that admits more than
-    /// B + r·T in some window.
+    /// B + r·T in some window, or whose grantor took back credit a crashed agent had spent.
     Net(NetArgs),
 }
 
@@ -89,7 +89,8 @@ struct NetArgs {
     /// Faults drawn per seed.
     #[arg(long, default_value_t = 4)]
     faults: usize,
-    /// Runs every seed twice and fails if the two admission logs differ.
+    /// Runs every seed twice and fails if the two admission logs (or the crashed agents'
+    /// settlements) differ.
     #[arg(long)]
     check_replay: bool,
     /// With --check-replay, the second run of each seed stands still for 1.2 s of real time
@@ -111,6 +112,10 @@ struct NetArgs {
     /// between the global allocators and the agents.
     #[arg(long)]
     region: bool,
+    /// Give each agent a state file on its host's disk; a crashed agent restarts with it
+    /// (and settles its previous leases from it) instead of from nothing.
+    #[arg(long)]
+    agent_state: bool,
 }
 
 impl NetArgs {
@@ -128,6 +133,9 @@ impl NetArgs {
         }
         if self.region {
             out.push_str(" --region");
+        }
+        if self.agent_state {
+            out.push_str(" --agent-state");
         }
         if self.check_replay {
             out.push_str(" --check-replay");
@@ -231,6 +239,7 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         leader_crash_at_ms: args.crash_leader_at_ms,
         clock_step_ms_max: args.clock_step_ms_max,
         region: args.region,
+        agent_state: args.agent_state,
         ..NetConfig::quick()
     };
     let replay_cfg = NetConfig {
@@ -241,8 +250,10 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
     for seed in args.from..args.from.saturating_add(args.seeds) {
         let r = net::run(seed, &cfg)?;
         print_net_report(&r, &cfg);
-        let replayed =
-            !args.check_replay || net::run(seed, &replay_cfg)?.admissions == r.admissions;
+        let replayed = !args.check_replay || {
+            let again = net::run(seed, &replay_cfg)?;
+            again.admissions == r.admissions && again.settlements == r.settlements
+        };
         if !replayed {
             println!("    a second run of this seed admitted differently");
         }
@@ -260,7 +271,7 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         ""
     };
     println!(
-        "{} seeds from {}: P1 held on every run{replay}",
+        "{} seeds from {}: P1 and P2 held on every run{replay}",
         args.seeds, args.from
     );
     Ok(ExitCode::SUCCESS)
@@ -290,6 +301,23 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
             "    leaders {}; leader crashes {:?}",
             leaders.join(" "),
             r.leader_crashes()
+        );
+    }
+    for s in &r.settlements {
+        println!(
+            "    agent {} crashed at {} ms: admitted {} under {} leases, settled {} (released {}: {}, expired {}: {}, open {}: {}){}",
+            s.agent,
+            s.crash_at_ms,
+            s.admitted,
+            s.leases,
+            s.charged(),
+            s.released,
+            s.released_used,
+            s.expired,
+            s.expired_used,
+            s.open,
+            s.open_credit,
+            if s.holds() { "" } else { "  SPENT TWICE" },
         );
     }
     if !r.passed() {

@@ -73,6 +73,11 @@ impl World {
         !self.allocator_down.get(index).copied().unwrap_or(true)
     }
 
+    /// Whether agent `agent`'s software is running.
+    pub fn agent_up(&self, agent: usize) -> bool {
+        self.crashes.get(agent).is_some_and(|c| *c == 0)
+    }
+
     /// Records the cluster's leader if it changed since the last call.
     pub fn observe_leader(&mut self, at_ms: u64) {
         let Some(leader) = self.leader() else { return };

@@ -17,7 +17,8 @@ pub enum Action {
     MaxLatency { latency_ms: u64 },
     /// Kills an agent's software; it loses everything it held in memory.
     Crash { agent: usize },
-    /// Starts a crashed agent's software again from scratch.
+    /// Starts a crashed agent's software again, with what its disk holds (its state file,
+    /// when the run gives agents one).
     Restart { agent: usize },
     /// Kills the allocator host that leads at that moment (Raft clusters only); it keeps
     /// only what its storage holds.

@@ -4,15 +4,17 @@
 //! that offers more than the policy's rate.
 //!
 //! Each function is the whole program of a host: turmoil calls it again when a crashed
-//! host restarts, so it builds everything from scratch, as a restarted process would.
+//! host restarts, so it builds everything from scratch, as a restarted process would, from
+//! what its disk holds (an agent's state file, when the run gives agents one).
 
 use super::check::{Admission, TrafficLog};
 use super::clock::{ClockOffsets, SteppedClock};
 use super::cluster::ALLOCATOR_PORT;
+use super::receipts::{LeaseReceipts, ReceiptGrantor};
 use super::transport::{connect_sim, incoming};
 use super::NetConfig;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_agent::lease::{Grantor, LeaseManager, ManagerConfig, RemoteGrantor};
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::service::ticker::run_ticker;
 use leasehold_allocator::service::{LeaseServer, WatchSettings};
@@ -25,6 +27,7 @@ use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
     AuthMode, ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role,
 };
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,6 +101,11 @@ pub struct AgentShared {
     pub clocks: ClockOffsets,
     /// How many times each agent's software started.
     pub starts: Arc<Vec<AtomicU32>>,
+    /// When each agent first received each of its leases.
+    pub receipts: LeaseReceipts,
+    /// Where the hosts' disks are, when agents keep a state file: agent `i`'s is under
+    /// `agent-i/` and outlives its crashes.
+    pub disk_root: Option<PathBuf>,
 }
 
 /// Runs agent `index`: leases credit from the allocator hosts over the simulated network
@@ -126,15 +134,25 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
         ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
     let addrs = cfg.agent_addrs();
     let retries_max = addrs.len() + 1;
-    let grantor = Arc::new(RemoteGrantor::new(channels, addrs, retries_max));
+    let remote: Arc<dyn Grantor> = Arc::new(RemoteGrantor::new(channels, addrs, retries_max));
+    let grantor = Arc::new(ReceiptGrantor {
+        inner: remote,
+        agent: index as u32,
+        receipts: shared.receipts.clone(),
+    });
     let mut mcfg = ManagerConfig::new(agent_host(index));
     mcfg.report_every_ms = 200;
     mcfg.retry_ms = 100;
+    mcfg.state_file = shared
+        .disk_root
+        .as_ref()
+        .map(|root| root.join(agent_host(index)).join("state"));
     let queue = engine
         .take_acquire_queue()
         .ok_or("the engine's acquire queue was already taken")?;
+    // With a state file, the manager first releases the leases of the host's previous run.
     let manager =
-        LeaseManager::new(mcfg, grantor, clock.clone(), queue).with_engine(Arc::clone(&engine));
+        LeaseManager::open(mcfg, grantor, clock.clone(), queue)?.with_engine(Arc::clone(&engine));
     // The manager runs until the host crashes or the simulation ends.
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     tokio::task::spawn_local(manager.run(stopped));

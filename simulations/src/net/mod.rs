@@ -8,10 +8,12 @@
 //! more traffic than the policy's rate. Every clock in the run follows tokio's virtual
 //! time, which turmoil advances one tick at a time; an agent host's clocks may be stepped
 //! by an offset ([`clock`]). Partitions between an agent and the allocators, latency
-//! changes, agent crashes with restarts, clock steps, leader crashes and allocators cut off
+//! changes, agent crashes with restarts (optionally from a state file on the agent's disk),
+//! clock steps, leader crashes and allocators cut off
 //! from their peers are drawn from the seed ([`faults`]); network delays come from
 //! turmoil's own rng, seeded with the same seed. At the end every admission window is
-//! checked against `B + r·T` ([`check`]).
+//! checked against `B + r·T` ([`check`]), and the leases each crashed agent left behind
+//! against what it admitted under them ([`settle`]).
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 
@@ -21,14 +23,17 @@ pub mod clock;
 pub mod cluster;
 pub mod faults;
 pub mod hosts;
+pub mod receipts;
 pub mod region;
 mod run;
+pub mod settle;
 pub mod sockets;
 pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
 pub use run::{plan, run, NetReport};
+pub use settle::Settlement;
 
 use leasehold_common::rate::Rate;
 
@@ -99,6 +104,10 @@ pub struct NetConfig {
     /// allocators) between the global allocators and the agents; cuts between the region and
     /// the global allocators are drawn too.
     pub region: bool,
+    /// Agents keep their lease state (durable marks, request ids) in a state file on their
+    /// host's disk, and a crashed agent restarts with it, as a restarted process would;
+    /// without, it restarts with nothing held.
+    pub agent_state: bool,
     /// When non-zero, the run stands still for [`REAL_PAUSE_MS`] of real time every this many
     /// milliseconds of simulated time. Nothing in the run may depend on it: a paused run of a
     /// seed must admit exactly what an unpaused one does.
@@ -126,6 +135,7 @@ impl NetConfig {
             leader_crash_at_ms: None,
             clock_step_ms_max: 0,
             region: false,
+            agent_state: false,
             real_pause_every_ms: 0,
         }
     }

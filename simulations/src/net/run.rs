@@ -7,7 +7,9 @@ use super::clock::ClockOffsets;
 use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
+use super::receipts::LeaseReceipts;
 use super::region::{self, REGION_HOST};
+use super::settle::{self, Books, CrashLedger, Settlement};
 use super::sockets;
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
@@ -51,12 +53,17 @@ pub struct NetReport {
     /// Whether the allocator's ledger accounts for every unit at the end (on every running
     /// node of a cluster).
     pub ledger_conserved: bool,
+    /// Per agent crash: how the grantor settled the leases the crashed run held, against
+    /// what the run admitted under them (P2 across the crash).
+    pub settlements: Vec<Settlement>,
 }
 
 impl NetReport {
-    /// P1 held and the ledger balanced.
+    /// P1 held, the ledger balanced, and no crashed agent's spending went back unspent.
     pub fn passed(&self) -> bool {
-        self.bound.violations == 0 && self.ledger_conserved
+        self.bound.violations == 0
+            && self.ledger_conserved
+            && self.settlements.iter().all(Settlement::holds)
     }
 
     /// Admissions per agent.
@@ -120,9 +127,11 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         at_ms,
         reason,
     };
-    // Every simulated host runs on this thread; fsyncs on tokio's blocking pool would finish
-    // at moments of real time the simulated clock cannot order.
+    // Every simulated host runs on this thread; fsyncs (Raft storage, agents' state files) on
+    // tokio's blocking pool would finish at moments of real time the simulated clock cannot
+    // order.
     leasehold_allocator::storage::error::run_blocking_inline_on_this_thread();
+    leasehold_agent::lease::run_blocking_inline_on_this_thread();
     sockets::reset();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
@@ -137,6 +146,8 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         log: Arc::new(Mutex::new(TrafficLog::default())),
         clocks: ClockOffsets::new(cfg.agents),
         starts: Arc::new((0..cfg.agents).map(|_| AtomicU32::new(0)).collect()),
+        receipts: LeaseReceipts::default(),
+        disk_root: cfg.agent_state.then(|| allocators.shared.data_root.clone()),
     };
     for i in 0..cfg.agents {
         let (cfg, shared) = (cfg.clone(), agents.clone());
@@ -157,6 +168,8 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         agents.clocks.clone(),
         nodes,
     );
+    let books = grantor_books(cfg, &allocators);
+    let mut crashes = CrashLedger::default();
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
@@ -165,12 +178,23 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         }
         world.observe_leader(now_ms);
         while let Some(s) = plan.get(next).filter(|s| s.at_ms <= now_ms) {
-            world.apply(&mut sim, now_ms, s.action, cfg.latency_ms_base);
+            let noting = Noting {
+                books: &books,
+                crashes: &mut crashes,
+                region: cfg.region,
+            };
+            noting.apply(&mut world, &mut sim, now_ms, s.action, cfg.latency_ms_base);
             next += 1;
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
+        follow_crashed_leases(&books, &mut crashes, &world, cfg.region);
         pause_in_real_time(cfg, now_ms);
     }
+    let noted = crashes.noted();
+    let closings = read_books(&books, &world, cfg.region, move |l| {
+        settle::closings(l, &noted)
+    })
+    .unwrap_or_default();
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
     // The nodes' storage goes only after the simulation, which owns their runtimes.
@@ -179,8 +203,10 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let traffic = std::mem::take(&mut *agents.log.lock().unwrap_or_else(|e| e.into_inner()));
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
+    let settlements = crashes.settle(&closings, &agents.receipts, &admissions);
     Ok(NetReport {
         seed,
+        settlements,
         bound: check_admissions(&admissions, cfg.rate(), cfg.burst),
         admissions,
         schedule: plan,
@@ -195,6 +221,74 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
+}
+
+/// The books of the grantor the agents lease from: the region's, the single-node
+/// allocator's, or the global cluster's.
+fn grantor_books(cfg: &NetConfig, allocators: &Allocators) -> Books {
+    match &allocators.single {
+        _ if cfg.region => Books::Nodes(allocators.shared.region.clone()),
+        Some(single) => Books::Single(Arc::clone(single)),
+        None => Books::Nodes(allocators.shared.nodes.clone()),
+    }
+}
+
+/// Reads the grantor's ledger on a running node (the region never crashes).
+fn read_books<R, F>(books: &Books, world: &World, region: bool, f: F) -> Option<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&leasehold_common::ledger::Ledger) -> R + Send + 'static,
+{
+    books.read(|i| region || world.allocator_up(i), f)
+}
+
+/// Applies faults, noting agent crashes and restarts for the settlement check.
+struct Noting<'a> {
+    books: &'a Books,
+    crashes: &'a mut CrashLedger,
+    region: bool,
+}
+
+impl Noting<'_> {
+    fn apply(
+        self,
+        world: &mut World,
+        sim: &mut turmoil::Sim<'_>,
+        at_ms: u64,
+        action: Action,
+        latency_ms_base: u64,
+    ) {
+        let at_ns = at_ms * 1_000_000;
+        let agent = match action {
+            Action::Crash { agent } | Action::Restart { agent } => Some(agent),
+            _ => None,
+        };
+        let was_up = agent.is_some_and(|a| world.agent_up(a));
+        if let (Action::Crash { agent }, true) = (action, was_up) {
+            let a = agent as u32;
+            let leases = read_books(self.books, world, self.region, move |l| {
+                settle::holder_leases(l, a)
+            });
+            self.crashes.crashed(a, at_ns, leases.unwrap_or_default());
+        }
+        world.apply(sim, at_ms, action, latency_ms_base);
+        if let (Action::Restart { agent }, false) = (action, was_up) {
+            if world.agent_up(agent) {
+                self.crashes.restarted(agent as u32, at_ns);
+            }
+        }
+    }
+}
+
+/// Follows the credit of the leases crashed agents left on the books until they leave them.
+fn follow_crashed_leases(books: &Books, crashes: &mut CrashLedger, world: &World, region: bool) {
+    let ids = crashes.followed();
+    if ids.is_empty() {
+        return;
+    }
+    if let Some(b) = read_books(books, world, region, move |l| settle::booked(l, &ids)) {
+        crashes.follow(&b);
+    }
 }
 
 /// Holds the simulation still in real time at the configured instants: simulated time does

@@ -1,0 +1,95 @@
+//! When each agent first received each of its leases, recorded on the agent's side of the
+//! wire: the allocator's books say what a lease was settled as, not from when its holder
+//! could spend it.
+
+use leasehold_agent::lease::grantor::BoxFuture;
+use leasehold_agent::lease::{Grantor, GrantorError, WatchStream};
+use leasehold_proto::leasehold::v1 as pb;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseReceipts(Arc<Mutex<BTreeMap<(u32, u64), u64>>>);
+
+impl LeaseReceipts {
+    /// Notes that `agent` holds `lease_id` now, unless it received it before.
+    fn note(&self, agent: u32, lease_id: u64) {
+        let at = turmoil::sim_elapsed().unwrap_or_default();
+        self.note_at(
+            agent,
+            lease_id,
+            u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
+
+    /// Notes that `agent` received `lease_id` at `at_ns`, unless it received it before.
+    pub fn note_at(&self, agent: u32, lease_id: u64, at_ns: u64) {
+        self.lock().entry((agent, lease_id)).or_insert(at_ns);
+    }
+
+    /// When `agent` first received `lease_id`, if it ever did.
+    pub fn received_at_ns(&self, agent: u32, lease_id: u64) -> Option<u64> {
+        self.lock().get(&(agent, lease_id)).copied()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, u64), u64>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A grantor that notes every lease its answers carry, then hands them to the lease
+/// manager unchanged.
+pub struct ReceiptGrantor {
+    pub inner: Arc<dyn Grantor>,
+    pub agent: u32,
+    pub receipts: LeaseReceipts,
+}
+
+impl ReceiptGrantor {
+    fn note(&self, lease: Option<&pb::Lease>) {
+        if let Some(l) = lease {
+            self.receipts.note(self.agent, l.lease_id);
+        }
+    }
+}
+
+impl Grantor for ReceiptGrantor {
+    fn acquire(
+        &self,
+        req: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
+        Box::pin(async move {
+            let resp = self.inner.acquire(req).await?;
+            self.note(resp.lease.as_ref());
+            Ok(resp)
+        })
+    }
+
+    fn report(
+        &self,
+        req: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
+        Box::pin(async move {
+            let resp = self.inner.report(req).await?;
+            self.note(resp.lease.as_ref());
+            self.note(resp.replacement.as_ref());
+            Ok(resp)
+        })
+    }
+
+    fn release(
+        &self,
+        req: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
+        self.inner.release(req)
+    }
+
+    fn pushes_changes(&self) -> bool {
+        self.inner.pushes_changes()
+    }
+
+    fn watch(&self, req: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
+        self.inner.watch(req)
+    }
+}

@@ -11,8 +11,8 @@ use leasehold_proto::leasehold::v1 as pb;
 use std::sync::Arc;
 
 impl LeaseManager {
-    /// Writes `batch` durably off the async threads (see [`super::blocking`]). Without a store there is nothing to
-    /// write and it succeeds.
+    /// Writes `batch` durably off the async threads (see [`super::blocking`]). Without a
+    /// store there is nothing to write and it succeeds.
     async fn commit(&mut self, batch: StateBatch) -> bool {
         let Some(store) = self.store.as_ref().map(Arc::clone) else {
             return true;

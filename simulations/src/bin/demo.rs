@@ -88,14 +88,26 @@ fn main() -> Result<()> {
             eprint!("{}", summary::format_progress(s));
         }
     }))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&result)?)
     } else {
-        print!("{}", summary::format_summary(&result));
-    }
+        summary::format_summary(&result)
+    };
+    write_stdout(&text)?;
     let violations = result.violations();
     if violations > 0 {
         bail!("{violations} windows admitted more than B + r·T");
     }
     Ok(())
+}
+
+/// Writes the summary; a reader that has gone (`leasehold-demo --json | head`) is not an error
+/// of the run, whose verdict is the exit status.
+fn write_stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        done => Ok(done?),
+    }
 }

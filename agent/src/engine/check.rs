@@ -13,6 +13,13 @@ use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
 use leasehold_common::rate::Rate;
 use std::sync::Arc;
 
+/// A built key, its hash in the table, and the hash of its plain values if they were.
+struct KeyAt<'k> {
+    key: &'k str,
+    hash: u64,
+    values_hash: Option<u64>,
+}
+
 impl Engine {
     pub(crate) fn check_policy(
         &self,
@@ -67,6 +74,30 @@ impl Engine {
         if let Some(entry) = cached.get(key, hash, p.generation) {
             return self.on_entry(p, key, entry, units, emergency, ctx);
         }
+        let at = KeyAt {
+            key,
+            hash,
+            values_hash,
+        };
+        self.via_table(p, at, cached, units, emergency, ctx)
+    }
+
+    /// The key's entry from the shared table (made if missing), remembered in the thread's
+    /// cache: by `values_hash` when the request's values were plain, else by the key.
+    fn via_table(
+        &self,
+        p: &CompiledPolicy,
+        at: KeyAt<'_>,
+        cached: &mut EntryCache,
+        units: u64,
+        emergency: Emergency,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        let KeyAt {
+            key,
+            hash,
+            values_hash,
+        } = at;
         let remember = |cached: &mut EntryCache, entry: &Arc<Entry>| {
             if !entry.cacheable() {
                 return;

@@ -25,6 +25,7 @@ pub mod faults;
 pub mod hosts;
 pub mod receipts;
 pub mod region;
+pub mod rollout;
 mod run;
 pub mod settle;
 pub mod sockets;
@@ -32,6 +33,7 @@ pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
+pub use rollout::{RolloutCheck, RolloutSpec};
 pub use run::{plan, run, NetReport};
 pub use settle::Settlement;
 
@@ -112,6 +114,9 @@ pub struct NetConfig {
     /// milliseconds of simulated time. Nothing in the run may depend on it: a paused run of a
     /// seed must admit exactly what an unpaused one does.
     pub real_pause_every_ms: u64,
+    /// A new version of the policy applied mid-run through the allocator's admin service,
+    /// as `leasectl policy apply` does it.
+    pub rollout: Option<RolloutSpec>,
 }
 
 impl NetConfig {
@@ -137,6 +142,7 @@ impl NetConfig {
             region: false,
             agent_state: false,
             real_pause_every_ms: 0,
+            rollout: None,
         }
     }
 
@@ -163,11 +169,16 @@ impl NetConfig {
         }
     }
 
-    /// The policy the allocator serves and the agents enforce.
+    /// The policy the allocator serves and the agents enforce at the start.
     pub fn policy_yaml(&self) -> String {
+        self.policy_yaml_with(self.rate_per_s, self.burst)
+    }
+
+    /// The run's policy with rate `rate_per_s` and burst `burst`; the rest is the same.
+    pub fn policy_yaml_with(&self, rate_per_s: u64, burst: u64) -> String {
         format!(
             "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: 200ms, reserve_fraction: 0}}\n",
-            self.policy_id, self.rate_per_s, self.burst, self.lease_ttl_ms
+            self.policy_id, rate_per_s, burst, self.lease_ttl_ms
         )
     }
 
@@ -263,6 +274,9 @@ impl NetConfig {
                 self.real_pause_every_ms,
                 "must be zero (no pauses) or at least 100",
             );
+        }
+        if let Some(r) = &self.rollout {
+            r.validate(self.duration_ms)?;
         }
         if self.clock_step_ms_max > clock::CLOCK_OFFSET_MS_MAX {
             return invalid(

@@ -9,6 +9,7 @@ use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
 use super::receipts::LeaseReceipts;
 use super::region::{self, REGION_HOST};
+use super::rollout::{self, RolloutReport, RolloutShared, ADMIN_HOST};
 use super::settle::{self, Books, CrashLedger, Settlement};
 use super::sockets;
 use super::{NetConfig, NetError};
@@ -56,6 +57,8 @@ pub struct NetReport {
     /// Per agent crash: how the grantor settled the leases the crashed run held, against
     /// what the run admitted under them (P2 across the crash).
     pub settlements: Vec<Settlement>,
+    /// The policy rollout, when the run has one; `bound` then sums its per-version checks.
+    pub rollout: Option<RolloutReport>,
 }
 
 impl NetReport {
@@ -64,6 +67,7 @@ impl NetReport {
         self.bound.violations == 0
             && self.ledger_conserved
             && self.settlements.iter().all(Settlement::holds)
+            && self.rollout.as_ref().is_none_or(RolloutReport::holds)
     }
 
     /// Admissions per agent.
@@ -148,7 +152,14 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         starts: Arc::new((0..cfg.agents).map(|_| AtomicU32::new(0)).collect()),
         receipts: LeaseReceipts::default(),
         disk_root: cfg.agent_state.then(|| allocators.shared.data_root.clone()),
+        rollout: RolloutShared::new(cfg.agents),
     };
+    if let Some(spec) = cfg.rollout {
+        let (c, r) = (cfg.clone(), agents.rollout.clone());
+        sim.host(ADMIN_HOST, move || {
+            rollout::admin(c.clone(), spec, r.clone())
+        });
+    }
     for i in 0..cfg.agents {
         let (cfg, shared) = (cfg.clone(), agents.clone());
         sim.host(agent_host(i), move || {
@@ -195,6 +206,14 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         settle::closings(l, &noted)
     })
     .unwrap_or_default();
+    let agents_n = cfg.agents;
+    let books_versions = match cfg.rollout {
+        Some(_) => read_books(&books, &world, cfg.region, move |l| {
+            rollout::books_versions(l, agents_n)
+        })
+        .unwrap_or_default(),
+        None => Default::default(),
+    };
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
     // The nodes' storage goes only after the simulation, which owns their runtimes.
@@ -204,10 +223,19 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
     let settlements = crashes.settle(&closings, &agents.receipts, &admissions);
+    let rollout = cfg.rollout.map(|spec| {
+        let log = agents.rollout.snapshot();
+        rollout::report(cfg, &spec, log, &admissions, books_versions)
+    });
+    let bound = match &rollout {
+        Some(r) => r.check.total(),
+        None => check_admissions(&admissions, cfg.rate(), cfg.burst),
+    };
     Ok(NetReport {
         seed,
         settlements,
-        bound: check_admissions(&admissions, cfg.rate(), cfg.burst),
+        rollout,
+        bound,
         admissions,
         schedule: plan,
         applied: world.applied,

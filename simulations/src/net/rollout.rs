@@ -1,0 +1,312 @@
+//! A policy rollout under traffic: mid-run an admin host applies a new version of the
+//! policy through the allocator's admin service over the simulated network, as `leasectl
+//! policy apply` does; the agents learn it from their watch streams and move onto
+//! replacement leases. The budget bound is then checked per version ([`RolloutCheck`]).
+
+use super::check::{check_admissions_by, Admission};
+use super::hosts::{agent_host, HostResult};
+use super::transport::connect_sim;
+use super::{NetConfig, NetError};
+use crate::bound::BoundCheck;
+use leasehold_common::ledger::{Ledger, LedgerConfig};
+use leasehold_common::rate::Rate;
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The admin host's name.
+pub const ADMIN_HOST: &str = "admin-1";
+/// How long the admin host waits before going round the allocators again.
+const APPLY_RETRY_MS: u64 = 100;
+/// Most rounds over the allocators before the admin host gives up.
+const APPLY_ROUNDS_MAX: u32 = 200;
+
+/// The new version of the policy and when it is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RolloutSpec {
+    /// Simulated time the admin host first sends the new version, in milliseconds.
+    pub at_ms: u64,
+    /// The new version's rate `r₂`, in units per second, and burst `B₂`, in units.
+    pub rate_per_s: u64,
+    pub burst: u64,
+}
+
+impl RolloutSpec {
+    /// The new version's rate `r₂`.
+    ///
+    /// # Panics
+    /// If `rate_per_s` is zero; [`RolloutSpec::validate`] rejects that.
+    pub fn rate(&self) -> Rate {
+        Rate::per_second(self.rate_per_s).expect("validated rate")
+    }
+
+    pub(super) fn validate(&self, duration_ms: u64) -> Result<(), NetError> {
+        let invalid = |field, value: u64, reason| {
+            Err(NetError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if Rate::per_second(self.rate_per_s).is_err() || self.rate_per_s == 0 {
+            return invalid(
+                "rollout.rate_per_s",
+                self.rate_per_s,
+                "must be a positive rate",
+            );
+        }
+        if self.at_ms == 0 || self.at_ms >= duration_ms {
+            return invalid(
+                "rollout.at_ms",
+                self.at_ms,
+                "must be after the start and before the run ends",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What the admin host did, and what version each agent's engine enforced when.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutLog {
+    /// When the first attempt was sent, in ns of simulated time.
+    pub sent_ns: Option<u64>,
+    /// When an allocator answered that the version was applied (it was applied earlier).
+    pub applied_ns: Option<u64>,
+    /// The version the allocator gave the new policy.
+    pub version: u64,
+    /// Calls made, including refusals by followers and timeouts.
+    pub attempts: u32,
+    /// Per agent, each change of the version its engine enforces: (ns, version).
+    pub agent_versions: Vec<Vec<(u64, u64)>>,
+}
+
+/// The rollout log, shared by the admin and agent hosts.
+#[derive(Clone, Default)]
+pub struct RolloutShared(Arc<Mutex<RolloutLog>>);
+
+impl RolloutShared {
+    pub fn new(agents: usize) -> Self {
+        RolloutShared(Arc::new(Mutex::new(RolloutLog {
+            agent_versions: vec![Vec::new(); agents],
+            ..RolloutLog::default()
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RolloutLog> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes the version agent `agent`'s engine enforces at `at_ns`, if it changed.
+    pub fn agent_version(&self, agent: usize, at_ns: u64, version: u64) {
+        let mut log = self.lock();
+        if let Some(changes) = log.agent_versions.get_mut(agent) {
+            if changes.last().map(|c| c.1) != Some(version) {
+                changes.push((at_ns, version));
+            }
+        }
+    }
+
+    fn applied(&self, at_ns: u64, version: u64) {
+        let mut log = self.lock();
+        log.applied_ns = Some(at_ns);
+        log.version = version;
+    }
+
+    pub fn snapshot(&self) -> RolloutLog {
+        self.lock().clone()
+    }
+}
+
+/// The admin host: at the rollout instant applies the new version through the admin
+/// service, trying every allocator in turn (a follower refuses, naming the leader) until one
+/// answers, then idles.
+pub async fn admin(cfg: NetConfig, spec: RolloutSpec, shared: RolloutShared) -> HostResult {
+    tokio::time::sleep(Duration::from_millis(spec.at_ms)).await;
+    let settings = ChannelSettings {
+        connect_timeout_ms: 500,
+        request_timeout_ms: 1_000,
+        ..ChannelSettings::default()
+    };
+    let channels =
+        ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
+    let yaml = cfg.policy_yaml_with(spec.rate_per_s, spec.burst);
+    for _ in 0..APPLY_ROUNDS_MAX {
+        for addr in cfg.global_addrs() {
+            let now = sim_ns();
+            {
+                let mut log = shared.lock();
+                log.sent_ns.get_or_insert(now);
+                log.attempts += 1;
+            }
+            let mut client = AdminServiceClient::new(channels.channel(&addr)?);
+            let req = pb::ApplyPolicyRequest {
+                yaml: yaml.clone(),
+                ..pb::ApplyPolicyRequest::default()
+            };
+            if let Ok(resp) = client.apply_policy(req).await {
+                shared.applied(sim_ns(), resp.into_inner().version);
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(APPLY_RETRY_MS)).await;
+    }
+    Err("no allocator applied the new policy version".into())
+}
+
+fn sim_ns() -> u64 {
+    let at = turmoil::sim_elapsed().unwrap_or_default();
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// P1 around a rollout, checked per version as the model simulation does: windows wholly
+/// before the first send against the old `B₁ + r₁·T`; windows starting within one lease
+/// lifetime plus the write-off grace after the allocator's answer (the transition: credit
+/// granted under the old version may still be spent) against `B₁ + B₂ + max(r₁, r₂)·T`;
+/// windows starting after it against the new `B₂ + r₂·T`. Windows spanning the rollout
+/// (from the first send to the answer) are not checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutCheck {
+    pub before: BoundCheck,
+    pub transition: BoundCheck,
+    pub after: BoundCheck,
+    /// When the transition ends, in ns: the answer plus the lease lifetime plus the grace.
+    pub transition_end_ns: u64,
+}
+
+impl RolloutCheck {
+    pub fn violations(&self) -> u64 {
+        self.before.violations + self.transition.violations + self.after.violations
+    }
+
+    /// The three checks as one, for the report's overall bound.
+    pub fn total(&self) -> BoundCheck {
+        let parts = [&self.before, &self.transition, &self.after];
+        let worst = parts.iter().max_by_key(|c| c.worst_excess).copied();
+        BoundCheck {
+            windows: parts.iter().map(|c| c.windows).sum(),
+            violations: self.violations(),
+            worst_excess: worst.map_or(0, |c| c.worst_excess),
+            worst_start: worst.map_or(0, |c| c.worst_start),
+        }
+    }
+}
+
+/// The two policies and the instants that separate their checks.
+#[derive(Clone, Copy, Debug)]
+pub struct Phases {
+    pub old: (Rate, u64),
+    pub new: (Rate, u64),
+    pub sent_ns: u64,
+    pub applied_ns: u64,
+    /// One lease lifetime plus the grantor's write-off grace, in ns.
+    pub transition_ns: u64,
+}
+
+/// Checks `log` around a rollout described by `phases`.
+pub fn check_rollout(log: &[Admission], p: &Phases) -> RolloutCheck {
+    let end_ns = p.applied_ns.saturating_add(p.transition_ns);
+    let bound = |(rate, burst): (Rate, u64), s: u64, e: u64| burst + rate.units_in(e - s);
+    let max_rate = if p.old.0.units_in(1_000_000_000) >= p.new.0.units_in(1_000_000_000) {
+        p.old.0
+    } else {
+        p.new.0
+    };
+    RolloutCheck {
+        before: check_admissions_by(log, |s, e| (e < p.sent_ns).then(|| bound(p.old, s, e))),
+        transition: check_admissions_by(log, |s, e| {
+            (s >= p.applied_ns && s < end_ns).then(|| p.old.1 + bound((max_rate, p.new.1), s, e))
+        }),
+        after: check_admissions_by(log, |s, e| (s >= end_ns).then(|| bound(p.new, s, e))),
+        transition_end_ns: end_ns,
+    }
+}
+
+/// The version each agent's engine enforced at the end (0 if it never noted one).
+pub fn final_versions(log: &RolloutLog) -> Vec<u64> {
+    log.agent_versions
+        .iter()
+        .map(|c| c.last().map_or(0, |v| v.1))
+        .collect()
+}
+
+/// When every agent last moved onto `version` and stayed on it, in ns; None if one did not
+/// end on it.
+pub fn all_on_version_ns(log: &RolloutLog, version: u64) -> Option<u64> {
+    log.agent_versions.iter().try_fold(0, |latest, changes| {
+        let &(at, v) = changes.last()?;
+        (v == version).then_some(latest.max(at))
+    })
+}
+
+/// What became of a rollout: when it was applied, the per-version bound, and where every
+/// agent and its leases ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutReport {
+    pub log: RolloutLog,
+    pub check: RolloutCheck,
+    /// The version each agent's engine enforced at the end.
+    pub final_versions: Vec<u64>,
+    /// When the last agent moved onto the new version for good, in ns.
+    pub all_on_new_ns: Option<u64>,
+    /// The agents' leases on the grantor's books at the end, by policy version.
+    pub books_versions: BTreeMap<u64, usize>,
+}
+
+impl RolloutReport {
+    /// The version was applied, P1 held per version, every agent ended on the new version
+    /// and no lease of an older version is left on the books.
+    pub fn holds(&self) -> bool {
+        let v = self.log.version;
+        self.log.applied_ns.is_some()
+            && v > 1
+            && self.check.violations() == 0
+            && self.final_versions.iter().all(|&f| f == v)
+            && self.books_versions.keys().all(|&b| b == v)
+    }
+}
+
+/// The agents' leases on `ledger`'s books, by policy version.
+pub(super) fn books_versions(ledger: &Ledger, agents: usize) -> BTreeMap<u64, usize> {
+    let holders: Vec<String> = (0..agents).map(agent_host).collect();
+    let mut out = BTreeMap::new();
+    for r in ledger.leases() {
+        if holders.contains(&r.lease.holder_id) {
+            *out.entry(r.lease.policy_version).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// The rollout's report once the run is over.
+pub(super) fn report(
+    cfg: &NetConfig,
+    spec: &RolloutSpec,
+    log: RolloutLog,
+    admissions: &[Admission],
+    books_versions: BTreeMap<u64, usize>,
+) -> RolloutReport {
+    let grace_ms = LedgerConfig::root("").expiry_grace_ms;
+    let region_grace_ms = LedgerConfig::delegated("").expiry_grace_ms;
+    let transition_ms = cfg.lease_ttl_ms + grace_ms.max(region_grace_ms);
+    // Never applied: every window from the first send on stays under the old policy's
+    // transition bound, and the report fails on `applied_ns`.
+    let sent_ns = log.sent_ns.unwrap_or(u64::MAX);
+    let phases = Phases {
+        old: (cfg.rate(), cfg.burst),
+        new: (spec.rate(), spec.burst),
+        sent_ns,
+        applied_ns: log.applied_ns.unwrap_or(u64::MAX),
+        transition_ns: transition_ms * 1_000_000,
+    };
+    RolloutReport {
+        check: check_rollout(admissions, &phases),
+        final_versions: final_versions(&log),
+        all_on_new_ns: all_on_version_ns(&log, log.version),
+        books_versions,
+        log,
+    }
+}

@@ -347,6 +347,12 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
         print_rollout(ro);
     }
     if !r.passed() {
+        let faults: Vec<String> = r
+            .applied
+            .iter()
+            .map(|f| format!("{}ms {:?}", f.at_ms, f.action))
+            .collect();
+        println!("    faults as applied: {}", faults.join(", "));
         println!(
             "    P1 violations {}, ledger conserved {}",
             r.bound.violations, r.ledger_conserved

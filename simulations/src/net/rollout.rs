@@ -196,7 +196,7 @@ impl RolloutCheck {
 }
 
 /// The two policies and the instants that separate their checks.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Phases {
     pub old: (Rate, u64),
     pub new: (Rate, u64),
@@ -244,9 +244,11 @@ pub fn all_on_version_ns(log: &RolloutLog, version: u64) -> Option<u64> {
 
 /// What became of a rollout: when it was applied, the per-version bound, and where every
 /// agent and its leases ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RolloutReport {
     pub log: RolloutLog,
+    /// What the per-version check was run with.
+    pub phases: Phases,
     pub check: RolloutCheck,
     /// The version each agent's engine enforced at the end.
     pub final_versions: Vec<u64>,
@@ -304,9 +306,65 @@ pub(super) fn report(
     };
     RolloutReport {
         check: check_rollout(admissions, &phases),
+        phases,
         final_versions: final_versions(&log),
         all_on_new_ns: all_on_version_ns(&log, log.version),
         books_versions,
         log,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64, n: usize) -> Vec<Admission> {
+        vec![
+            Admission {
+                at_ns: ms * 1_000_000,
+                agent: 0,
+            };
+            n
+        ]
+    }
+
+    /// Old policy B = 4, 10/s; new B = 1, 1/s; sent at 1 s, applied by 1.1 s, transition
+    /// 0.5 s: so windows before 1 s, starting in [1.1 s, 1.6 s) and from 1.6 s on.
+    fn phases() -> Phases {
+        Phases {
+            old: (Rate::per_second(10).unwrap(), 4),
+            new: (Rate::per_second(1).unwrap(), 1),
+            sent_ns: 1_000_000_000,
+            applied_ns: 1_100_000_000,
+            transition_ns: 500_000_000,
+        }
+    }
+
+    #[test]
+    fn each_window_is_held_to_its_own_version() {
+        // Four at once before the rollout: the old burst allows it.
+        let ok = check_rollout(&at(500, 4), &phases());
+        assert_eq!((ok.violations(), ok.before.windows), (0, 1));
+        // The same after the transition breaks the new burst of one.
+        let late = check_rollout(&at(2_000, 4), &phases());
+        assert_eq!((late.after.violations, late.after.worst_excess), (1, 3));
+        // Within the transition both bursts count: five pass, six do not.
+        assert_eq!(check_rollout(&at(1_200, 5), &phases()).violations(), 0);
+        let six = check_rollout(&at(1_200, 6), &phases());
+        assert_eq!(
+            (six.transition.violations, six.transition.worst_excess),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn windows_spanning_the_rollout_are_not_checked() {
+        // Four before it and four while it is being applied: eight in 50 ms would break
+        // either bound, but no window lies wholly on one side.
+        let mut log = at(990, 4);
+        log.extend(at(1_040, 4));
+        let c = check_rollout(&log, &phases());
+        assert_eq!(c.violations(), 0);
+        assert_eq!(c.before.windows + c.transition.windows + c.after.windows, 1);
     }
 }

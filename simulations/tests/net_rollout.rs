@@ -22,6 +22,11 @@ fn assert_rollout_held(seed: u64, r: &NetReport, agents: usize) {
     let ro = r.rollout.as_ref().expect("the run has a rollout");
     assert!(ro.log.applied_ns.is_some(), "seed {seed}: never applied");
     assert_eq!(ro.log.version, 2, "seed {seed}: the new version's number");
+    assert!(
+        ro.out_of_reach.is_empty(),
+        "seed {seed}: {:?}",
+        ro.out_of_reach
+    );
     assert_eq!(
         ro.final_versions,
         vec![2; agents],
@@ -50,8 +55,10 @@ fn assert_rollout_held(seed: u64, r: &NetReport, agents: usize) {
 
 #[test]
 fn a_lower_rate_reaches_every_agent_its_bound_holds_and_the_run_replays() {
+    // Seed 2 crashes every agent after the rollout; each restarts on the first version
+    // (its configuration) and must learn the new one from its watch stream again.
     let cfg = lower(NetConfig::quick());
-    let seed = 1;
+    let seed = 2;
     let first = run(seed, &cfg).unwrap();
     assert_rollout_held(seed, &first, cfg.agents);
     let again = run(seed, &cfg).unwrap();
@@ -60,6 +67,12 @@ fn a_lower_rate_reaches_every_agent_its_bound_holds_and_the_run_replays() {
         "seed {seed}: admissions"
     );
     assert_eq!(first.rollout, again.rollout, "seed {seed}: the rollout");
+    // An agent that went 1 → 2 → 1 → 2 restarted after the rollout and learnt it again.
+    let versions = first.rollout.as_ref().unwrap().log.agent_versions.iter();
+    assert!(
+        versions.filter(|c| c.len() > 2).count() > 0,
+        "seed {seed}: no agent restarted after the rollout"
+    );
 
     // The same seed without the rollout: agents that kept the old policy admit far more
     // than the new bound allows once the transition is over, so the check above would fail

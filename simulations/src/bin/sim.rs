@@ -118,8 +118,12 @@ struct NetArgs {
     agent_state: bool,
     /// Apply a new version of the policy through the allocator's admin service at this
     /// instant (ms); the agents get it from their watch streams.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rollout_drawn")]
     rollout_at_ms: Option<u64>,
+    /// Draw a rollout from each seed instead: its instant, a fifth, half or twice the rate,
+    /// and a burst from a quarter to twice the first version's.
+    #[arg(long)]
+    rollout_drawn: bool,
     /// The new version's rate, in units per second (the first version's is 100).
     #[arg(long, default_value_t = 50, requires = "rollout_at_ms")]
     rollout_rate: u64,
@@ -146,6 +150,9 @@ impl NetArgs {
         }
         if self.agent_state {
             out.push_str(" --agent-state");
+        }
+        if self.rollout_drawn {
+            out.push_str(" --rollout-drawn");
         }
         if let Some(at_ms) = self.rollout_at_ms {
             out.push_str(&format!(
@@ -261,6 +268,7 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
             rate_per_s: args.rollout_rate,
             burst: args.rollout_burst,
         }),
+        rollout_drawn: args.rollout_drawn,
         ..NetConfig::quick()
     };
     let replay_cfg = NetConfig {
@@ -371,13 +379,16 @@ fn exit(ok: bool) -> ExitCode {
 fn print_rollout(r: &net::rollout::RolloutReport) {
     let ms = |ns: Option<u64>| ns.map_or("never".to_string(), |n| format!("{} ms", n / 1_000_000));
     println!(
-        "    rollout: sent {}, applied as version {} by {} ({} calls); every agent on it from {}; final versions {:?}; agents' leases on the books by version {:?}",
+        "    rollout to {}/s, burst {}: sent {}, applied as version {} by {} ({} calls); every agent on it from {}; final versions {:?} (out of reach after it: {:?}); agents' leases on the books by version {:?}",
+        r.spec.rate_per_s,
+        r.spec.burst,
         ms(r.log.sent_ns),
         r.log.version,
         ms(r.log.applied_ns),
         r.log.attempts,
         ms(r.all_on_new_ns),
         r.final_versions,
+        r.out_of_reach,
         r.books_versions,
     );
     let c = &r.check;

@@ -117,6 +117,9 @@ pub struct NetConfig {
     /// A new version of the policy applied mid-run through the allocator's admin service,
     /// as `leasectl policy apply` does it.
     pub rollout: Option<RolloutSpec>,
+    /// Draws a rollout from the seed instead (see [`rollout::draw`]): its instant, new rate
+    /// and burst differ from seed to seed.
+    pub rollout_drawn: bool,
 }
 
 impl NetConfig {
@@ -143,6 +146,7 @@ impl NetConfig {
             agent_state: false,
             real_pause_every_ms: 0,
             rollout: None,
+            rollout_drawn: false,
         }
     }
 
@@ -277,6 +281,17 @@ impl NetConfig {
         }
         if let Some(r) = &self.rollout {
             r.validate(self.duration_ms)?;
+            if self.rollout_drawn {
+                return invalid("rollout_drawn", 1, "a rollout is configured already");
+            }
+        }
+        let drawn_min_ms = 3 * run::QUIET_MS + rollout::transition_ms(self);
+        if self.rollout_drawn && self.duration_ms < drawn_min_ms {
+            return invalid(
+                "duration_ms",
+                self.duration_ms,
+                "too short for a drawn rollout and its transition",
+            );
         }
         if self.clock_step_ms_max > clock::CLOCK_OFFSET_MS_MAX {
             return invalid(

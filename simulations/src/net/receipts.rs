@@ -33,6 +33,13 @@ impl LeaseReceipts {
         self.lock().get(&(agent, lease_id)).copied()
     }
 
+    /// Whether `agent` received any lease for the first time at or after `at_ns`.
+    pub fn any_since(&self, agent: u32, at_ns: u64) -> bool {
+        self.lock()
+            .range((agent, 0)..=(agent, u64::MAX))
+            .any(|(_, &t)| t >= at_ns)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, u64), u64>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

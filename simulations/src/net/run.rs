@@ -29,7 +29,7 @@ const EPOCH_S: u64 = 1_767_225_600;
 /// turmoil's step, in milliseconds of simulated time.
 const TICK_MS: u64 = 1;
 /// Faults start this long after the start and are all repaired this long before the end.
-const QUIET_MS: u64 = 1_000;
+pub(super) const QUIET_MS: u64 = 1_000;
 
 /// What a networked run did.
 #[derive(Clone, Debug)]
@@ -126,6 +126,7 @@ struct Allocators {
 /// Runs `cfg` under `seed` to the end of its duration.
 pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     cfg.validate()?;
+    let cfg = &with_drawn_rollout(seed, cfg);
     let failed = |at_ms: u64, reason: String| NetError::Failed {
         seed,
         at_ms,
@@ -225,7 +226,14 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let settlements = crashes.settle(&closings, &agents.receipts, &admissions);
     let rollout = cfg.rollout.map(|spec| {
         let log = agents.rollout.snapshot();
-        rollout::report(cfg, &spec, log, &admissions, books_versions)
+        rollout::report(
+            cfg,
+            &spec,
+            log,
+            &admissions,
+            books_versions,
+            &agents.receipts,
+        )
     });
     let bound = match &rollout {
         Some(r) => r.check.total(),
@@ -249,6 +257,19 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
+}
+
+/// `cfg` with its rollout drawn from `seed`, if it asks for one: after the quiet start,
+/// early enough that the transition ends a second before the faults are repaired.
+fn with_drawn_rollout(seed: u64, cfg: &NetConfig) -> NetConfig {
+    let mut out = cfg.clone();
+    if cfg.rollout_drawn {
+        let end_ms = cfg.duration_ms.saturating_sub(QUIET_MS);
+        let latest_ms = end_ms.saturating_sub(rollout::transition_ms(cfg) + QUIET_MS);
+        out.rollout = Some(rollout::draw(seed, cfg, QUIET_MS, latest_ms));
+        out.rollout_drawn = false;
+    }
+    out
 }
 
 /// The books of the grantor the agents lease from: the region's, the single-node

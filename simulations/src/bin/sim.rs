@@ -379,7 +379,7 @@ fn exit(ok: bool) -> ExitCode {
 fn print_rollout(r: &net::rollout::RolloutReport) {
     let ms = |ns: Option<u64>| ns.map_or("never".to_string(), |n| format!("{} ms", n / 1_000_000));
     println!(
-        "    rollout to {}/s, burst {}: sent {}, applied as version {} by {} ({} calls); every agent on it from {}; final versions {:?} (out of reach after it: {:?}); agents' leases on the books by version {:?}",
+        "    rollout to {}/s, burst {}: sent {}, applied as version {} by {} ({} calls); every agent on it from {}; final versions {:?} (out of reach after it: {:?}, restarted too late: {:?}); agents' leases on the books by version {:?}",
         r.spec.rate_per_s,
         r.spec.burst,
         ms(r.log.sent_ns),
@@ -389,6 +389,7 @@ fn print_rollout(r: &net::rollout::RolloutReport) {
         ms(r.all_on_new_ns),
         r.final_versions,
         r.out_of_reach,
+        r.settling,
         r.books_versions,
     );
     let c = &r.check;

@@ -8,9 +8,13 @@ use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds.
+/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds;
+/// and per agent the last time an answer carrying a lease (new or renewed) reached it.
 #[derive(Clone, Debug, Default)]
-pub struct LeaseReceipts(Arc<Mutex<BTreeMap<(u32, u64), u64>>>);
+pub struct LeaseReceipts {
+    first: Arc<Mutex<BTreeMap<(u32, u64), u64>>>,
+    last_heard: Arc<Mutex<BTreeMap<u32, u64>>>,
+}
 
 impl LeaseReceipts {
     /// Notes that `agent` holds `lease_id` now, unless it received it before.
@@ -26,6 +30,15 @@ impl LeaseReceipts {
     /// Notes that `agent` received `lease_id` at `at_ns`, unless it received it before.
     pub fn note_at(&self, agent: u32, lease_id: u64, at_ns: u64) {
         self.lock().entry((agent, lease_id)).or_insert(at_ns);
+        let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
+        let t = last.entry(agent).or_insert(at_ns);
+        *t = (*t).max(at_ns);
+    }
+
+    /// The last time an answer carrying a lease reached `agent`, if one ever did.
+    pub fn last_heard_ns(&self, agent: u32) -> Option<u64> {
+        let last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
+        last.get(&agent).copied()
     }
 
     /// When `agent` first received `lease_id`, if it ever did.
@@ -33,15 +46,8 @@ impl LeaseReceipts {
         self.lock().get(&(agent, lease_id)).copied()
     }
 
-    /// Whether `agent` received any lease for the first time at or after `at_ns`.
-    pub fn any_since(&self, agent: u32, at_ns: u64) -> bool {
-        self.lock()
-            .range((agent, 0)..=(agent, u64::MAX))
-            .any(|(_, &t)| t >= at_ns)
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, u64), u64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.first.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

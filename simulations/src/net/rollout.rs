@@ -72,6 +72,9 @@ impl RolloutSpec {
     }
 }
 
+/// How long an agent (re)started on the first version needs to learn the new one from its
+/// watch stream: the agent's watch retry interval (1 s) twice.
+pub const SETTLE_MS: u64 = 2_000;
 /// Separates the drawn rollout's rng stream from the fault schedule's and turmoil's.
 const ROLLOUT_SALT: u64 = 0x726f_6c6c_6f75_7421;
 /// The new rate a drawn rollout picks, as a fraction of the old: (numerator, denominator).
@@ -280,24 +283,31 @@ pub struct RolloutReport {
     pub all_on_new_ns: Option<u64>,
     /// The agents' leases on the grantor's books at the end, by policy version.
     pub books_versions: BTreeMap<u64, usize>,
-    /// Agents that received no new lease after the version was applied: cut off from their
-    /// grantor for the rest of the run, they cannot have learnt of it, and are not held to
-    /// it (see "Not covered" in `docs/simulations.md`).
+    /// Agents that no answer carrying a lease reached after the transition: cut off from
+    /// their grantor (or wedged, see "Not covered" in `docs/simulations.md`) for the rest of
+    /// the run, they may not have heard of the new version, and are not held to it.
     pub out_of_reach: Vec<u32>,
+    /// Agents that (re)started on the first version less than [`SETTLE_MS`] before the
+    /// end: their watch stream may not have delivered the new version yet (a failed first
+    /// attempt is retried a second later), so they are not held to it either.
+    pub settling: Vec<u32>,
 }
 
 impl RolloutReport {
-    /// The version was applied, P1 held per version, every agent that reached its grantor
-    /// after the rollout ended on the new version, and no lease of an older version is left
+    /// The version was applied, P1 held per version, every agent that heard from its
+    /// grantor after the transition and was not just restarted ended on the new version, and no lease of an older version is left
     /// on the books.
     pub fn holds(&self) -> bool {
         let v = self.log.version;
-        let reached = |i: &usize| !self.out_of_reach.contains(&(*i as u32));
+        let held = |i: &usize| {
+            let a = *i as u32;
+            !self.out_of_reach.contains(&a) && !self.settling.contains(&a)
+        };
         self.log.applied_ns.is_some()
             && v > 1
             && self.check.violations() == 0
             && (0..self.final_versions.len())
-                .filter(reached)
+                .filter(held)
                 .all(|i| self.final_versions[i] == v)
             && self.books_versions.keys().all(|&b| b == v)
     }
@@ -333,8 +343,21 @@ pub(super) fn report(
     receipts: &LeaseReceipts,
 ) -> RolloutReport {
     let applied_ns = log.applied_ns.unwrap_or(u64::MAX);
+    let transition_end_ns = applied_ns.saturating_add(transition_ms(cfg) * 1_000_000);
     let out_of_reach = (0..cfg.agents as u32)
-        .filter(|&a| !receipts.any_since(a, applied_ns))
+        .filter(|&a| {
+            receipts
+                .last_heard_ns(a)
+                .is_none_or(|t| t < transition_end_ns)
+        })
+        .collect();
+    let settle_from_ns = (cfg.duration_ms.saturating_sub(SETTLE_MS)) * 1_000_000;
+    let settling = (0..cfg.agents as u32)
+        .filter(|&a| {
+            log.agent_versions[a as usize]
+                .iter()
+                .any(|&(at, v)| v < log.version && at >= settle_from_ns)
+        })
         .collect();
     let transition_ms = transition_ms(cfg);
     // Never applied: every window from the first send on stays under the old policy's
@@ -355,6 +378,7 @@ pub(super) fn report(
         all_on_new_ns: all_on_version_ns(&log, log.version),
         books_versions,
         out_of_reach,
+        settling,
         log,
     }
 }

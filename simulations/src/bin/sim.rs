@@ -311,10 +311,11 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
 fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
     let verdict = if r.passed() { "ok" } else { "BROKEN" };
     println!(
-        "seed {:<6} {verdict}: admitted {} of {} offered (B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
+        "seed {:<6} {verdict}: admitted {} of {} offered ({}B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
         r.seed,
         r.admissions.len(),
         r.offered,
+        if r.rollout.is_some() { "first version's " } else { "" },
         r.admitted_max,
         r.admitted_by_agent(cfg.agents),
         r.schedule.len() / 2,

@@ -11,9 +11,11 @@
 //! changes, agent crashes with restarts (optionally from a state file on the agent's disk),
 //! clock steps, leader crashes and allocators cut off
 //! from their peers are drawn from the seed ([`faults`]); network delays come from
-//! turmoil's own rng, seeded with the same seed. At the end every admission window is
-//! checked against `B + r·T` ([`check`]), and the leases each crashed agent left behind
-//! against what it admitted under them ([`settle`]).
+//! turmoil's own rng, seeded with the same seed. Optionally an admin host applies a new
+//! version of the policy mid-run through the allocator's admin service ([`rollout`]). At
+//! the end every admission window is checked against `B + r·T` ([`check`]; per version
+//! around a rollout), and the leases each crashed agent left behind against what it
+//! admitted under them ([`settle`]).
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 

@@ -283,7 +283,7 @@ pub struct RolloutReport {
     pub all_on_new_ns: Option<u64>,
     /// The agents' leases on the grantor's books at the end, by policy version.
     pub books_versions: BTreeMap<u64, usize>,
-    /// Agents that no answer carrying a lease reached after the transition: cut off from
+    /// Agents that no answer of their grantor reached after the transition: cut off from
     /// their grantor (or wedged, see "Not covered" in `docs/simulations.md`) for the rest of
     /// the run, they may not have heard of the new version, and are not held to it.
     pub out_of_reach: Vec<u32>,

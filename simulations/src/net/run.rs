@@ -49,7 +49,8 @@ pub struct NetReport {
     pub agent_starts: Vec<u32>,
     /// Requests offered in total (admitted or not).
     pub offered: u64,
-    /// `B + r·T` for the whole run: the most the run may admit.
+    /// `B + r·T` for the whole run: the most the run may admit (under the first version;
+    /// a rollout's bounds are in [`NetReport::rollout`]).
     pub admitted_max: u64,
     /// Whether the allocator's ledger accounts for every unit at the end (on every running
     /// node of a cluster).
@@ -62,7 +63,8 @@ pub struct NetReport {
 }
 
 impl NetReport {
-    /// P1 held, the ledger balanced, and no crashed agent's spending went back unspent.
+    /// P1 held, the ledger balanced, no crashed agent's spending went back unspent, and a
+    /// rollout, if any, held ([`RolloutReport::holds`]).
     pub fn passed(&self) -> bool {
         self.bound.violations == 0
             && self.ledger_conserved

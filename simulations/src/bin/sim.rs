@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use leasehold_simulations::net::{self, NetConfig};
+use leasehold_simulations::net::{self, NetConfig, RolloutSpec};
 use leasehold_simulations::output::{write_report, DEFAULT_OUT_DIR};
 use leasehold_simulations::scenario::{self, fuzz, RunOptions, Scale, ScenarioReport};
 use std::path::{Path, PathBuf};
@@ -116,6 +116,20 @@ struct NetArgs {
     /// (and settles its previous leases from it) instead of from nothing.
     #[arg(long)]
     agent_state: bool,
+    /// Apply a new version of the policy through the allocator's admin service at this
+    /// instant (ms); the agents get it from their watch streams.
+    #[arg(long, conflicts_with = "rollout_drawn")]
+    rollout_at_ms: Option<u64>,
+    /// Draw a rollout from each seed instead: its instant, a fifth, half or twice the rate,
+    /// and a burst from a quarter to twice the first version's.
+    #[arg(long)]
+    rollout_drawn: bool,
+    /// The new version's rate, in units per second (the first version's is 100).
+    #[arg(long, default_value_t = 50, requires = "rollout_at_ms")]
+    rollout_rate: u64,
+    /// The new version's burst, in units (the first version's is 200).
+    #[arg(long, default_value_t = 60, requires = "rollout_at_ms")]
+    rollout_burst: u64,
 }
 
 impl NetArgs {
@@ -136,6 +150,15 @@ impl NetArgs {
         }
         if self.agent_state {
             out.push_str(" --agent-state");
+        }
+        if self.rollout_drawn {
+            out.push_str(" --rollout-drawn");
+        }
+        if let Some(at_ms) = self.rollout_at_ms {
+            out.push_str(&format!(
+                " --rollout-at-ms {at_ms} --rollout-rate {} --rollout-burst {}",
+                self.rollout_rate, self.rollout_burst
+            ));
         }
         if self.check_replay {
             out.push_str(" --check-replay");
@@ -240,6 +263,12 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         clock_step_ms_max: args.clock_step_ms_max,
         region: args.region,
         agent_state: args.agent_state,
+        rollout: args.rollout_at_ms.map(|at_ms| RolloutSpec {
+            at_ms,
+            rate_per_s: args.rollout_rate,
+            burst: args.rollout_burst,
+        }),
+        rollout_drawn: args.rollout_drawn,
         ..NetConfig::quick()
     };
     let replay_cfg = NetConfig {
@@ -252,7 +281,9 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         print_net_report(&r, &cfg);
         let replayed = !args.check_replay || {
             let again = net::run(seed, &replay_cfg)?;
-            again.admissions == r.admissions && again.settlements == r.settlements
+            again.admissions == r.admissions
+                && again.settlements == r.settlements
+                && again.rollout == r.rollout
         };
         if !replayed {
             println!("    a second run of this seed admitted differently");
@@ -280,10 +311,11 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
 fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
     let verdict = if r.passed() { "ok" } else { "BROKEN" };
     println!(
-        "seed {:<6} {verdict}: admitted {} of {} offered (B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
+        "seed {:<6} {verdict}: admitted {} of {} offered ({}B + r·T = {}), per agent {:?}, {} faults, {} windows, worst excess {}, log digest {:016x}",
         r.seed,
         r.admissions.len(),
         r.offered,
+        if r.rollout.is_some() { "first version's " } else { "" },
         r.admitted_max,
         r.admitted_by_agent(cfg.agents),
         r.schedule.len() / 2,
@@ -320,7 +352,16 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
             if s.holds() { "" } else { "  SPENT TWICE" },
         );
     }
+    if let Some(ro) = &r.rollout {
+        print_rollout(ro);
+    }
     if !r.passed() {
+        let faults: Vec<String> = r
+            .applied
+            .iter()
+            .map(|f| format!("{}ms {:?}", f.at_ms, f.action))
+            .collect();
+        println!("    faults as applied: {}", faults.join(", "));
         println!(
             "    P1 violations {}, ledger conserved {}",
             r.bound.violations, r.ledger_conserved
@@ -334,4 +375,34 @@ fn exit(ok: bool) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+fn print_rollout(r: &net::rollout::RolloutReport) {
+    let ms = |ns: Option<u64>| ns.map_or("never".to_string(), |n| format!("{} ms", n / 1_000_000));
+    println!(
+        "    rollout to {}/s, burst {}: sent {}, applied as version {} by {} ({} calls); every agent on it from {}; final versions {:?} (out of reach after it: {:?}, restarted too late: {:?}); agents' leases on the books by version {:?}",
+        r.spec.rate_per_s,
+        r.spec.burst,
+        ms(r.log.sent_ns),
+        r.log.version,
+        ms(r.log.applied_ns),
+        r.log.attempts,
+        ms(r.all_on_new_ns),
+        r.final_versions,
+        r.out_of_reach,
+        r.settling,
+        r.books_versions,
+    );
+    let c = &r.check;
+    println!(
+        "    P1 per version: before {}/{} windows over, transition (to {} ms) {}/{}, after {}/{}{}",
+        c.before.violations,
+        c.before.windows,
+        c.transition_end_ns / 1_000_000,
+        c.transition.violations,
+        c.transition.windows,
+        c.after.violations,
+        c.after.windows,
+        if r.holds() { "" } else { "  ROLLOUT BROKEN" },
+    );
 }

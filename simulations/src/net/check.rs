@@ -30,13 +30,26 @@ pub struct TrafficLog {
 /// counts windows as pairs of instants; `worst_start` is the index of the earlier instant
 /// in time order.
 pub fn check_admissions(log: &[Admission], rate: Rate, burst: u64) -> BoundCheck {
+    check_admissions_by(log, |start_ns, end_ns| {
+        Some(burst.saturating_add(rate.units_in(end_ns - start_ns)))
+    })
+}
+
+/// Checks every window `[start, end]` between two admission instants against
+/// `bound(start_ns, end_ns)`; a window whose bound is `None` is not checked nor counted.
+pub fn check_admissions_by(
+    log: &[Admission],
+    bound: impl Fn(u64, u64) -> Option<u64>,
+) -> BoundCheck {
     let instants = group_by_instant(log);
     let mut out = BoundCheck::default();
     for (i, &(start_ns, _)) in instants.iter().enumerate() {
         let mut sum = 0u64;
         for &(end_ns, units) in &instants[i..] {
             sum += units;
-            let bound = burst.saturating_add(rate.units_in(end_ns - start_ns));
+            let Some(bound) = bound(start_ns, end_ns) else {
+                continue;
+            };
             out.windows += 1;
             if sum > bound {
                 out.violations += 1;

@@ -12,10 +12,12 @@ use leasehold_allocator::raft::{
     NodeConfig, NodeHooks, NodeMetrics, RaftNode, TimeSource, TransportConfig,
 };
 use leasehold_allocator::replica::{LateReplica, Replica};
+use leasehold_allocator::service::cluster_raft::RaftCluster;
 use leasehold_allocator::service::ticker::run_ticker;
 use leasehold_allocator::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::LeaseSigner;
-use leasehold_common::ledger::LedgerConfig;
+use leasehold_common::ledger::{LedgerConfig, Role as LedgerRole};
+use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use openraft::ServerState;
 use std::collections::BTreeMap;
@@ -155,6 +157,16 @@ pub(super) async fn start_node(
 ) -> Result<RaftNode<AllocatorState>, Box<dyn std::error::Error>> {
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
     let lease = super::hosts::lease_server(late.clone(), signer)?;
+    let cluster = Arc::new(RaftCluster {
+        node: late.clone(),
+        cluster_id: spec.cluster_name.clone(),
+        level: match spec.ledger.role {
+            LedgerRole::Root => "global",
+            LedgerRole::Delegated => "delegated",
+        }
+        .into(),
+    });
+    let admin = super::hosts::admin_server(late.clone(), cluster)?;
     let hooks = NodeHooks {
         transport: TransportConfig {
             connector: Some(Arc::new(connect_sim)),
@@ -165,7 +177,9 @@ pub(super) async fn start_node(
             origin: tokio::time::Instant::now(),
         }),
         services: Some(Box::new(move |router| {
-            router.add_service(LeaseServiceServer::new(lease))
+            router
+                .add_service(LeaseServiceServer::new(lease))
+                .add_service(AdminServiceServer::new(admin))
         })),
         raft_auth: None,
     };

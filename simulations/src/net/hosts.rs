@@ -11,18 +11,21 @@ use super::check::{Admission, TrafficLog};
 use super::clock::{ClockOffsets, SteppedClock};
 use super::cluster::ALLOCATOR_PORT;
 use super::receipts::{LeaseReceipts, ReceiptGrantor};
+use super::rollout::RolloutShared;
 use super::transport::{connect_sim, incoming};
 use super::NetConfig;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, ManagerConfig, RemoteGrantor};
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::service::ticker::run_ticker;
-use leasehold_allocator::service::{LeaseServer, WatchSettings};
+use leasehold_allocator::service::ClusterControl;
+use leasehold_allocator::service::{AdminServer, LeaseServer, SingleNode, WatchSettings};
 use leasehold_allocator::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, TokioClock};
+use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
     AuthMode, ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role,
@@ -62,7 +65,21 @@ pub(super) fn lease_server<R: Replica<AllocatorState>>(
     ))
 }
 
-/// Serves the lease service on a single-node replica with the run's policy installed,
+/// The production admin service over `replica` as the simulation serves it: without TLS,
+/// every caller taken for an administrator (the simulation's admin host is the only one).
+pub(super) fn admin_server<R: Replica<AllocatorState>>(
+    replica: R,
+    cluster: Arc<dyn ClusterControl>,
+) -> Result<AdminServer<R>, Box<dyn std::error::Error>> {
+    let assumed = PeerIdentity::new(Role::Admin, "simulated-admin")?;
+    Ok(AdminServer::new(
+        replica,
+        AuthMode::Insecure { assumed },
+        cluster,
+    ))
+}
+
+/// Serves the lease and admin services on a single-node replica with the run's policy installed,
 /// and proposes expiry ticks, until the simulation ends.
 pub async fn allocator(
     cfg: NetConfig,
@@ -86,9 +103,17 @@ pub async fn allocator(
     }
     *replica_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(replica.clone());
     let service = lease_server(replica.clone(), signer)?;
+    let cluster = Arc::new(SingleNode {
+        cluster_id: "global".into(),
+        level: "global".into(),
+        node_id: 1,
+        addr: super::cluster::allocator_addr(0),
+    });
+    let admin = admin_server(replica.clone(), cluster)?;
     tokio::task::spawn_local(run_ticker(replica, 100, std::future::pending()));
     tonic::transport::Server::builder()
         .add_service(LeaseServiceServer::new(service))
+        .add_service(AdminServiceServer::new(admin))
         .serve_with_incoming(incoming(ALLOCATOR_PORT).await?)
         .await?;
     Ok(())
@@ -106,6 +131,8 @@ pub struct AgentShared {
     /// Where the hosts' disks are, when agents keep a state file: agent `i`'s is under
     /// `agent-i/` and outlives its crashes.
     pub disk_root: Option<PathBuf>,
+    /// Where each agent notes the policy version its engine enforces.
+    pub rollout: RolloutShared,
 }
 
 /// Runs agent `index`: leases credit from the allocator hosts over the simulated network
@@ -156,7 +183,7 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
     // The manager runs until the host crashes or the simulation ends.
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     tokio::task::spawn_local(manager.run(stopped));
-    offer_traffic(index, &cfg, &engine, &clock, &shared.log).await;
+    offer_traffic(index, &cfg, &engine, &clock, &shared).await;
     Ok(())
 }
 
@@ -174,7 +201,7 @@ async fn offer_traffic(
     cfg: &NetConfig,
     engine: &Engine,
     clock: &SteppedClock,
-    log: &Mutex<TrafficLog>,
+    shared: &AgentShared,
 ) {
     let mut every = tokio::time::interval(Duration::from_millis(cfg.offer_every_ms.max(1)));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -184,7 +211,10 @@ async fn offer_traffic(
         every.tick().await;
         let at = turmoil::sim_elapsed().unwrap_or_default();
         let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
-        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+        if cfg.rollout.is_some() {
+            note_version(index, cfg, engine, at_ns, &shared.rollout);
+        }
+        let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..cfg.offer_per_round {
             log.offered += 1;
             if engine.admit(&AdmitRequest::new(&dims), clock.now()).allowed {
@@ -195,4 +225,15 @@ async fn offer_traffic(
             }
         }
     }
+}
+
+/// Notes the version of the run's policy the engine enforces now.
+fn note_version(index: usize, cfg: &NetConfig, engine: &Engine, at_ns: u64, to: &RolloutShared) {
+    let version = engine
+        .stats()
+        .policies
+        .iter()
+        .find(|p| p.policy_id == cfg.policy_id)
+        .map_or(0, |p| p.version);
+    to.agent_version(index, at_ns, version);
 }

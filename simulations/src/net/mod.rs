@@ -11,9 +11,11 @@
 //! changes, agent crashes with restarts (optionally from a state file on the agent's disk),
 //! clock steps, leader crashes and allocators cut off
 //! from their peers are drawn from the seed ([`faults`]); network delays come from
-//! turmoil's own rng, seeded with the same seed. At the end every admission window is
-//! checked against `B + r·T` ([`check`]), and the leases each crashed agent left behind
-//! against what it admitted under them ([`settle`]).
+//! turmoil's own rng, seeded with the same seed. Optionally an admin host applies a new
+//! version of the policy mid-run through the allocator's admin service ([`rollout`]). At
+//! the end every admission window is checked against `B + r·T` ([`check`]; per version
+//! around a rollout), and the leases each crashed agent left behind against what it
+//! admitted under them ([`settle`]).
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 
@@ -25,6 +27,7 @@ pub mod faults;
 pub mod hosts;
 pub mod receipts;
 pub mod region;
+pub mod rollout;
 mod run;
 pub mod settle;
 pub mod sockets;
@@ -32,6 +35,7 @@ pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
+pub use rollout::{RolloutCheck, RolloutSpec};
 pub use run::{plan, run, NetReport};
 pub use settle::Settlement;
 
@@ -112,6 +116,12 @@ pub struct NetConfig {
     /// milliseconds of simulated time. Nothing in the run may depend on it: a paused run of a
     /// seed must admit exactly what an unpaused one does.
     pub real_pause_every_ms: u64,
+    /// A new version of the policy applied mid-run through the allocator's admin service,
+    /// as `leasectl policy apply` does it.
+    pub rollout: Option<RolloutSpec>,
+    /// Draws a rollout from the seed instead (see [`rollout::draw`]): its instant, new rate
+    /// and burst differ from seed to seed.
+    pub rollout_drawn: bool,
 }
 
 impl NetConfig {
@@ -137,6 +147,8 @@ impl NetConfig {
             region: false,
             agent_state: false,
             real_pause_every_ms: 0,
+            rollout: None,
+            rollout_drawn: false,
         }
     }
 
@@ -163,11 +175,16 @@ impl NetConfig {
         }
     }
 
-    /// The policy the allocator serves and the agents enforce.
+    /// The policy the allocator serves and the agents enforce at the start.
     pub fn policy_yaml(&self) -> String {
+        self.policy_yaml_with(self.rate_per_s, self.burst)
+    }
+
+    /// The run's policy with rate `rate_per_s` and burst `burst`; the rest is the same.
+    pub fn policy_yaml_with(&self, rate_per_s: u64, burst: u64) -> String {
         format!(
             "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: 200ms, reserve_fraction: 0}}\n",
-            self.policy_id, self.rate_per_s, self.burst, self.lease_ttl_ms
+            self.policy_id, rate_per_s, burst, self.lease_ttl_ms
         )
     }
 
@@ -262,6 +279,20 @@ impl NetConfig {
                 "real_pause_every_ms",
                 self.real_pause_every_ms,
                 "must be zero (no pauses) or at least 100",
+            );
+        }
+        if let Some(r) = &self.rollout {
+            r.validate(self.duration_ms)?;
+            if self.rollout_drawn {
+                return invalid("rollout_drawn", 1, "a rollout is configured already");
+            }
+        }
+        let drawn_min_ms = 3 * run::QUIET_MS + rollout::transition_ms(self);
+        if self.rollout_drawn && self.duration_ms < drawn_min_ms {
+            return invalid(
+                "duration_ms",
+                self.duration_ms,
+                "too short for a drawn rollout and its transition",
             );
         }
         if self.clock_step_ms_max > clock::CLOCK_OFFSET_MS_MAX {

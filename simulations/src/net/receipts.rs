@@ -8,9 +8,13 @@ use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds.
+/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds;
+/// and per agent the last time any answer of its grantor reached it.
 #[derive(Clone, Debug, Default)]
-pub struct LeaseReceipts(Arc<Mutex<BTreeMap<(u32, u64), u64>>>);
+pub struct LeaseReceipts {
+    first: Arc<Mutex<BTreeMap<(u32, u64), u64>>>,
+    last_heard: Arc<Mutex<BTreeMap<u32, u64>>>,
+}
 
 impl LeaseReceipts {
     /// Notes that `agent` holds `lease_id` now, unless it received it before.
@@ -28,13 +32,29 @@ impl LeaseReceipts {
         self.lock().entry((agent, lease_id)).or_insert(at_ns);
     }
 
+    /// Notes that an answer of its grantor (a grant, a refusal with a retry hint, a
+    /// renewal, a release) reached `agent` now.
+    fn heard(&self, agent: u32) {
+        let at = turmoil::sim_elapsed().unwrap_or_default();
+        let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
+        let t = last.entry(agent).or_insert(at_ns);
+        *t = (*t).max(at_ns);
+    }
+
+    /// The last time an answer of its grantor reached `agent`, if one ever did.
+    pub fn last_heard_ns(&self, agent: u32) -> Option<u64> {
+        let last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
+        last.get(&agent).copied()
+    }
+
     /// When `agent` first received `lease_id`, if it ever did.
     pub fn received_at_ns(&self, agent: u32, lease_id: u64) -> Option<u64> {
         self.lock().get(&(agent, lease_id)).copied()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, u64), u64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.first.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -61,6 +81,7 @@ impl Grantor for ReceiptGrantor {
     ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
         Box::pin(async move {
             let resp = self.inner.acquire(req).await?;
+            self.receipts.heard(self.agent);
             self.note(resp.lease.as_ref());
             Ok(resp)
         })
@@ -72,6 +93,7 @@ impl Grantor for ReceiptGrantor {
     ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
         Box::pin(async move {
             let resp = self.inner.report(req).await?;
+            self.receipts.heard(self.agent);
             self.note(resp.lease.as_ref());
             self.note(resp.replacement.as_ref());
             Ok(resp)
@@ -82,7 +104,11 @@ impl Grantor for ReceiptGrantor {
         &self,
         req: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
-        self.inner.release(req)
+        Box::pin(async move {
+            let resp = self.inner.release(req).await?;
+            self.receipts.heard(self.agent);
+            Ok(resp)
+        })
     }
 
     fn pushes_changes(&self) -> bool {

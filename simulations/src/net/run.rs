@@ -9,6 +9,7 @@ use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
 use super::receipts::LeaseReceipts;
 use super::region::{self, REGION_HOST};
+use super::rollout::{self, RolloutReport, RolloutShared, ADMIN_HOST};
 use super::settle::{self, Books, CrashLedger, Settlement};
 use super::sockets;
 use super::{NetConfig, NetError};
@@ -28,7 +29,7 @@ const EPOCH_S: u64 = 1_767_225_600;
 /// turmoil's step, in milliseconds of simulated time.
 const TICK_MS: u64 = 1;
 /// Faults start this long after the start and are all repaired this long before the end.
-const QUIET_MS: u64 = 1_000;
+pub(super) const QUIET_MS: u64 = 1_000;
 
 /// What a networked run did.
 #[derive(Clone, Debug)]
@@ -48,7 +49,8 @@ pub struct NetReport {
     pub agent_starts: Vec<u32>,
     /// Requests offered in total (admitted or not).
     pub offered: u64,
-    /// `B + r·T` for the whole run: the most the run may admit.
+    /// `B + r·T` for the whole run: the most the run may admit (under the first version;
+    /// a rollout's bounds are in [`NetReport::rollout`]).
     pub admitted_max: u64,
     /// Whether the allocator's ledger accounts for every unit at the end (on every running
     /// node of a cluster).
@@ -56,14 +58,18 @@ pub struct NetReport {
     /// Per agent crash: how the grantor settled the leases the crashed run held, against
     /// what the run admitted under them (P2 across the crash).
     pub settlements: Vec<Settlement>,
+    /// The policy rollout, when the run has one; `bound` then sums its per-version checks.
+    pub rollout: Option<RolloutReport>,
 }
 
 impl NetReport {
-    /// P1 held, the ledger balanced, and no crashed agent's spending went back unspent.
+    /// P1 held, the ledger balanced, no crashed agent's spending went back unspent, and a
+    /// rollout, if any, held ([`RolloutReport::holds`]).
     pub fn passed(&self) -> bool {
         self.bound.violations == 0
             && self.ledger_conserved
             && self.settlements.iter().all(Settlement::holds)
+            && self.rollout.as_ref().is_none_or(RolloutReport::holds)
     }
 
     /// Admissions per agent.
@@ -122,6 +128,7 @@ struct Allocators {
 /// Runs `cfg` under `seed` to the end of its duration.
 pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     cfg.validate()?;
+    let cfg = &with_drawn_rollout(seed, cfg);
     let failed = |at_ms: u64, reason: String| NetError::Failed {
         seed,
         at_ms,
@@ -148,7 +155,14 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         starts: Arc::new((0..cfg.agents).map(|_| AtomicU32::new(0)).collect()),
         receipts: LeaseReceipts::default(),
         disk_root: cfg.agent_state.then(|| allocators.shared.data_root.clone()),
+        rollout: RolloutShared::new(cfg.agents),
     };
+    if let Some(spec) = cfg.rollout {
+        let (c, r) = (cfg.clone(), agents.rollout.clone());
+        sim.host(ADMIN_HOST, move || {
+            rollout::admin(c.clone(), spec, r.clone())
+        });
+    }
     for i in 0..cfg.agents {
         let (cfg, shared) = (cfg.clone(), agents.clone());
         sim.host(agent_host(i), move || {
@@ -195,6 +209,14 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         settle::closings(l, &noted)
     })
     .unwrap_or_default();
+    let agents_n = cfg.agents;
+    let books_versions = match cfg.rollout {
+        Some(_) => read_books(&books, &world, cfg.region, move |l| {
+            rollout::books_versions(l, agents_n)
+        })
+        .unwrap_or_default(),
+        None => Default::default(),
+    };
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
     // The nodes' storage goes only after the simulation, which owns their runtimes.
@@ -204,10 +226,26 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
     let settlements = crashes.settle(&closings, &agents.receipts, &admissions);
+    let rollout = cfg.rollout.map(|spec| {
+        let log = agents.rollout.snapshot();
+        rollout::report(
+            cfg,
+            &spec,
+            log,
+            &admissions,
+            books_versions,
+            &agents.receipts,
+        )
+    });
+    let bound = match &rollout {
+        Some(r) => r.check.total(),
+        None => check_admissions(&admissions, cfg.rate(), cfg.burst),
+    };
     Ok(NetReport {
         seed,
         settlements,
-        bound: check_admissions(&admissions, cfg.rate(), cfg.burst),
+        rollout,
+        bound,
         admissions,
         schedule: plan,
         applied: world.applied,
@@ -221,6 +259,19 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
     })
+}
+
+/// `cfg` with its rollout drawn from `seed`, if it asks for one: after the quiet start,
+/// early enough that the transition ends a second before the faults are repaired.
+fn with_drawn_rollout(seed: u64, cfg: &NetConfig) -> NetConfig {
+    let mut out = cfg.clone();
+    if cfg.rollout_drawn {
+        let end_ms = cfg.duration_ms.saturating_sub(QUIET_MS);
+        let latest_ms = end_ms.saturating_sub(rollout::transition_ms(cfg) + QUIET_MS);
+        out.rollout = Some(rollout::draw(seed, cfg, QUIET_MS, latest_ms));
+        out.rollout_drawn = false;
+    }
+    out
 }
 
 /// The books of the grantor the agents lease from: the region's, the single-node

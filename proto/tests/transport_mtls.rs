@@ -91,6 +91,7 @@ fn settings() -> ChannelSettings {
         connect_timeout_ms: 2_000,
         request_timeout_ms: 1_000,
         channels_max: 4,
+        ..ChannelSettings::default()
     }
 }
 

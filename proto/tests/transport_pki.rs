@@ -290,6 +290,20 @@ fn channel_settings_must_be_positive() {
                 ..ChannelSettings::default()
             },
         ),
+        (
+            "keepalive_interval_ms",
+            ChannelSettings {
+                keepalive_interval_ms: 0,
+                ..ChannelSettings::default()
+            },
+        ),
+        (
+            "keepalive_timeout_ms",
+            ChannelSettings {
+                keepalive_timeout_ms: 0,
+                ..ChannelSettings::default()
+            },
+        ),
     ] {
         let err = ChannelFactory::new(settings, ClientTransport::Plaintext).unwrap_err();
         assert!(

@@ -22,6 +22,13 @@ pub struct ChannelSettings {
     pub request_timeout_ms: u64,
     /// Most addresses kept in the cache; the least recently used is dropped beyond it.
     pub channels_max: usize,
+    /// HTTP/2 PING sent on a connection this often, idle or not, in milliseconds.
+    pub keepalive_interval_ms: u64,
+    /// A PING not answered within this long closes the connection, in milliseconds; the
+    /// next request connects afresh. Without it, a connection whose peer vanished without a
+    /// reset (a partition that drops packets, a host gone) would take every request until
+    /// TCP gave up on it, many minutes later.
+    pub keepalive_timeout_ms: u64,
 }
 
 impl Default for ChannelSettings {
@@ -30,6 +37,8 @@ impl Default for ChannelSettings {
             connect_timeout_ms: 2_000,
             request_timeout_ms: 5_000,
             channels_max: 64,
+            keepalive_interval_ms: 1_000,
+            keepalive_timeout_ms: 2_000,
         }
     }
 }
@@ -130,6 +139,8 @@ impl ChannelFactory {
     ) -> Result<Self, ChannelError> {
         check_positive("connect_timeout_ms", settings.connect_timeout_ms)?;
         check_positive("request_timeout_ms", settings.request_timeout_ms)?;
+        check_positive("keepalive_interval_ms", settings.keepalive_interval_ms)?;
+        check_positive("keepalive_timeout_ms", settings.keepalive_timeout_ms)?;
         check_positive("channels_max", settings.channels_max as u64)?;
         let (scheme, tls) = match transport {
             ClientTransport::Plaintext => ("http", None),
@@ -212,6 +223,9 @@ impl ChannelFactory {
             .map_err(endpoint_err)?
             .connect_timeout(Duration::from_millis(self.settings.connect_timeout_ms))
             .timeout(Duration::from_millis(self.settings.request_timeout_ms))
+            .http2_keep_alive_interval(Duration::from_millis(self.settings.keepalive_interval_ms))
+            .keep_alive_timeout(Duration::from_millis(self.settings.keepalive_timeout_ms))
+            .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         if let Some((tls, server_name)) = &self.tls {
             let name = server_name.as_deref().unwrap_or(host);

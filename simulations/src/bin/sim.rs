@@ -279,15 +279,14 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
     for seed in args.from..args.from.saturating_add(args.seeds) {
         let r = net::run(seed, &cfg)?;
         print_net_report(&r, &cfg);
-        let replayed = !args.check_replay || {
-            let again = net::run(seed, &replay_cfg)?;
-            again.admissions == r.admissions
-                && again.settlements == r.settlements
-                && again.rollout == r.rollout
+        let difference = match args.check_replay {
+            true => net::run(seed, &replay_cfg)?.replay_difference(&r),
+            false => None,
         };
-        if !replayed {
-            println!("    a second run of this seed admitted differently");
+        if let Some(what) = difference {
+            println!("    a second run of this seed did not replay it: {what}");
         }
+        let replayed = difference.is_none();
         if !r.passed() || !replayed {
             println!(
                 "replay: leasehold-sim net --from {seed} --seeds 1 {}",

@@ -12,7 +12,7 @@ use super::clock::{ClockOffsets, SteppedClock};
 use super::cluster::ALLOCATOR_PORT;
 use super::receipts::{LeaseReceipts, ReceiptGrantor};
 use super::rollout::RolloutShared;
-use super::transport::{connect_sim, incoming};
+use super::transport::{incoming, sim_channels};
 use super::NetConfig;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, ManagerConfig, RemoteGrantor};
@@ -27,9 +27,7 @@ use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, TokioClock};
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
-use leasehold_proto::transport::{
-    AuthMode, ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role,
-};
+use leasehold_proto::transport::{AuthMode, PeerIdentity, Role};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -152,13 +150,7 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
             .wall_clock(move || stepped_wall_clock(&wall))
             .build(RuleSource::from_policies(vec![policy]))?,
     );
-    let settings = ChannelSettings {
-        connect_timeout_ms: 500,
-        request_timeout_ms: 1_000,
-        ..ChannelSettings::default()
-    };
-    let channels =
-        ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
+    let channels = sim_channels()?;
     let addrs = cfg.agent_addrs();
     let retries_max = addrs.len() + 1;
     let remote: Arc<dyn Grantor> = Arc::new(RemoteGrantor::new(channels, addrs, retries_max));

@@ -5,7 +5,7 @@
 
 use super::cluster::{bootstrap, start_node, ClusterShared, NodeSpec, ALLOCATOR_PORT};
 use super::hosts::HostResult;
-use super::transport::connect_sim;
+use super::transport::sim_channels;
 use super::NetConfig;
 use leasehold_agent::lease::RemoteGrantor;
 use leasehold_allocator::service::ticker::run_ticker;
@@ -13,7 +13,6 @@ use leasehold_allocator::upstream::mirror::{run_mirror, MirrorConfig};
 use leasehold_allocator::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::ledger::LedgerConfig;
-use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -40,15 +39,7 @@ pub async fn region(cfg: NetConfig, shared: ClusterShared) -> HostResult {
     shared.region.set(0, node.clone());
     bootstrap(&node, BTreeMap::from([(1, region_addr())]), None).await?;
     let global = cfg.global_addrs();
-    let channels = || {
-        let settings = ChannelSettings {
-            connect_timeout_ms: 500,
-            request_timeout_ms: 1_000,
-            ..ChannelSettings::default()
-        };
-        ChannelFactory::new(settings, ClientTransport::Plaintext)
-            .map(|f| f.with_connector(connect_sim))
-    };
+    let channels = sim_channels;
     // Upstream leases must carry the global cluster's signature.
     let mut verifier = LeaseVerifier::new();
     verifier.trust(shared.signer.public_key())?;

@@ -6,14 +6,13 @@
 use super::check::{check_admissions_by, Admission};
 use super::hosts::{agent_host, HostResult};
 use super::receipts::LeaseReceipts;
-use super::transport::connect_sim;
+use super::transport::sim_channels;
 use super::{NetConfig, NetError};
 use crate::bound::BoundCheck;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::rate::Rate;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
-use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -151,13 +150,7 @@ impl RolloutShared {
 /// answers, then idles.
 pub async fn admin(cfg: NetConfig, spec: RolloutSpec, shared: RolloutShared) -> HostResult {
     tokio::time::sleep(Duration::from_millis(spec.at_ms)).await;
-    let settings = ChannelSettings {
-        connect_timeout_ms: 500,
-        request_timeout_ms: 1_000,
-        ..ChannelSettings::default()
-    };
-    let channels =
-        ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim);
+    let channels = sim_channels()?;
     let yaml = cfg.policy_yaml_with(spec.rate_per_s, spec.burst);
     for _ in 0..APPLY_ROUNDS_MAX {
         for addr in cfg.global_addrs() {

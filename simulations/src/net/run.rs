@@ -72,6 +72,25 @@ impl NetReport {
             && self.rollout.as_ref().is_none_or(RolloutReport::holds)
     }
 
+    /// What differs between this run and `other` of the same seed, first found first:
+    /// `None` when `other` replayed it exactly (faults as applied, leader history, every
+    /// admission, the crashed agents' settlements, the rollout).
+    pub fn replay_difference(&self, other: &NetReport) -> Option<&'static str> {
+        if self.applied != other.applied {
+            Some("the faults were applied differently")
+        } else if self.leaders != other.leaders {
+            Some("the leader history differs")
+        } else if self.admissions != other.admissions {
+            Some("the admission log differs")
+        } else if self.settlements != other.settlements {
+            Some("the crashed agents' settlements differ")
+        } else if self.rollout != other.rollout {
+            Some("the rollout differs")
+        } else {
+            None
+        }
+    }
+
     /// Admissions per agent.
     pub fn admitted_by_agent(&self, agents: usize) -> Vec<u64> {
         let mut out = vec![0; agents];

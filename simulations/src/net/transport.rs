@@ -6,6 +6,7 @@
 
 use super::sockets::OpenSocket;
 use hyper_util::rt::TokioIo;
+use leasehold_proto::transport::{ChannelError, ChannelFactory, ChannelSettings, ClientTransport};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -48,6 +49,17 @@ impl tower_service::Service<Uri> for SimConnector {
             Ok(TokioIo::new(SimStream(OpenSocket::register(stream)?)))
         })
     }
+}
+
+/// Client channels of a simulated host: the production factory on simulated TCP, insecure
+/// mode, with timeouts short next to a run's 10 s.
+pub fn sim_channels() -> Result<ChannelFactory, ChannelError> {
+    let settings = ChannelSettings {
+        connect_timeout_ms: 500,
+        request_timeout_ms: 1_000,
+        ..ChannelSettings::default()
+    };
+    Ok(ChannelFactory::new(settings, ClientTransport::Plaintext)?.with_connector(connect_sim))
 }
 
 /// The [`leasehold_proto::transport::ChannelFactory::with_connector`] hook for turmoil.

@@ -16,7 +16,9 @@
 //! removed when nothing is in flight, and an acquisition racing that removal would be
 //! counted where no later request looks; they always go through the table's lock.
 //!
-//! One thread caches for one engine at a time; deciding for another engine clears it.
+//! One thread caches for one engine at a time; deciding for another engine clears it. What
+//! a thread holds (one rule set, at most 128 entries) stays alive until it is replaced, the
+//! thread decides for another engine, or the thread exits.
 
 use super::rules::{PolicyHints, RuleSet};
 use super::table::Entry;

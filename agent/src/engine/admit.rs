@@ -244,14 +244,7 @@ impl Engine {
         }
         apply_replaces(&mut resolved);
 
-        let mut ctx = Ctx {
-            now,
-            priority: req.priority,
-            keep: req.dimensions.len() > 1,
-            charge: None,
-            wall: None,
-            clock: &self.wall_clock,
-        };
+        let mut ctx = self.ctx(req, now, req.dimensions.len() > 1);
         let mut charges: Inline<(Option<Charge>, u64)> = SmallVec::new();
         for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
             let units = res.policy().map_or(0, |p| units_of(p, req));
@@ -260,18 +253,7 @@ impl Engine {
             } else {
                 self.check(*res, dim, units, &mut ctx, scratch.reborrow())
             };
-            let refusal = match step.outcome {
-                Outcome::Denied(reason) => Some(reason),
-                Outcome::InvalidKey => Some(DenyReason::InvalidKey),
-                _ => None,
-            };
-            if let Some(reason) = refusal {
-                decision.denial = Some(Denial {
-                    dimension: Some(i),
-                    reason,
-                });
-                decision.retry_after_ns = step.retry_after_ns;
-            }
+            note_refusal(decision, i, &step);
             push_result(decision, *res, &step);
             charges.push((ctx.charge.take(), units));
         }
@@ -308,35 +290,30 @@ impl Engine {
         scratch: Scratch<'_>,
     ) {
         let (res, _) = resolve(rules, dim, scratch.hints);
-        let mut ctx = Ctx {
-            now,
-            priority: req.priority,
-            keep: false,
-            charge: None,
-            wall: None,
-            clock: &self.wall_clock,
-        };
+        let mut ctx = self.ctx(req, now, false);
         let units = res.policy().map_or(0, |p| units_of(p, req));
         let step = self.check(res, dim, units, &mut ctx, scratch);
-        let refusal = match step.outcome {
-            Outcome::Denied(reason) => Some(reason),
-            Outcome::InvalidKey => Some(DenyReason::InvalidKey),
-            _ => None,
-        };
-        decision.allowed = refusal.is_none();
-        if let Some(reason) = refusal {
-            decision.denial = Some(Denial {
-                dimension: Some(0),
-                reason,
-            });
-            decision.retry_after_ns = step.retry_after_ns;
-        }
+        note_refusal(decision, 0, &step);
+        decision.allowed = decision.denial.is_none();
         push_result(decision, res, &step);
         if let Some(Charge::InFlight { entry, units }) = ctx.charge.take() {
             decision.in_flight.push(entry, units);
         }
         if let Some(p) = res.policy() {
             p.runtime.counters.record(step.outcome, units);
+        }
+    }
+
+    /// The context of one request's dimension checks.
+    #[inline]
+    fn ctx(&self, req: &AdmitRequest<'_>, now: Nanos, keep: bool) -> Ctx<'_> {
+        Ctx {
+            now,
+            priority: req.priority,
+            keep,
+            charge: None,
+            wall: None,
+            clock: &self.wall_clock,
         }
     }
 
@@ -428,6 +405,21 @@ fn shadow(step: &mut Step) {
     };
     step.outcome = Outcome::ShadowDenied(reason);
     step.retry_after_ns = 0;
+}
+
+/// Makes `step`, the answer of dimension `index`, the request's refusal if it refused.
+#[inline]
+fn note_refusal(decision: &mut Decision, index: usize, step: &Step) {
+    let reason = match step.outcome {
+        Outcome::Denied(reason) => reason,
+        Outcome::InvalidKey => DenyReason::InvalidKey,
+        _ => return,
+    };
+    decision.denial = Some(Denial {
+        dimension: Some(index),
+        reason,
+    });
+    decision.retry_after_ns = step.retry_after_ns;
 }
 
 fn push_result(decision: &mut Decision, res: Resolved<'_>, step: &Step) {

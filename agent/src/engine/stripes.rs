@@ -8,7 +8,8 @@
 //! ([`Striped::per_slot`]) let a thread that owns its slot update them with plain loads and
 //! stores, which cost no more than ordinary memory writes; the shared slot uses
 //! read-modify-write atomics. Values striped by the machine's parallelism
-//! ([`Striped::new`]) map slots onto fewer stripes and always use atomics.
+//! ([`Striped::new`]) map slots onto fewer stripes and always use atomics; values there are
+//! many of ([`Striped::owned_first`]) give only the first few slots a stripe of their own.
 
 use leasehold_common::time::{Nanos, RollbackStats};
 use std::cell::Cell;
@@ -98,22 +99,14 @@ pub(crate) fn stripe_count() -> usize {
     })
 }
 
-/// One value per stripe.
+/// One value per stripe: the first `owned` slots have a stripe each, written with plain
+/// stores by the thread owning the slot; every other thread shares the stripes after those,
+/// by `slot & mask`, with atomic updates.
 #[derive(Debug)]
 pub(crate) struct Striped<T> {
     stripes: Box<[Padded<T>]>,
-    layout: Layout,
-}
-
-#[derive(Copy, Clone, Debug)]
-enum Layout {
-    /// Slots map onto stripes by `slot & mask`, shared.
-    Shared { mask: usize },
-    /// One stripe per slot.
-    PerSlot,
-    /// Exclusive slots below `owned` have a stripe each; the others share the stripes
-    /// after those by `slot & mask`.
-    Owned { owned: usize, mask: usize },
+    owned: usize,
+    mask: usize,
 }
 
 /// A thread's stripe of a striped value, and whether the thread alone writes it.
@@ -126,11 +119,7 @@ impl<T: Default> Striped<T> {
     /// `count` stripes (rounded up to a power of two, 1 to [`STRIPES_MAX`]) shared by
     /// every thread whose slot maps onto them.
     pub(crate) fn new(count: usize) -> Self {
-        let count = count.clamp(1, STRIPES_MAX).next_power_of_two();
-        Striped {
-            stripes: (0..count).map(|_| Padded::default()).collect(),
-            layout: Layout::Shared { mask: count - 1 },
-        }
+        Self::owned_first(0, count)
     }
 
     /// A stripe of its own for each of the first `owned` slots (written with plain stores
@@ -142,19 +131,15 @@ impl<T: Default> Striped<T> {
         let shared = shared.clamp(1, STRIPES_MAX).next_power_of_two();
         Striped {
             stripes: (0..owned + shared).map(|_| Padded::default()).collect(),
-            layout: Layout::Owned {
-                owned,
-                mask: shared - 1,
-            },
+            owned,
+            mask: shared - 1,
         }
     }
 
-    /// One stripe per slot, the exclusive ones written with plain stores.
+    /// One stripe per slot, the exclusive ones written with plain stores (the shared slot
+    /// gets the one stripe after them).
     pub(crate) fn per_slot() -> Self {
-        Striped {
-            stripes: (0..=SLOTS_MAX).map(|_| Padded::default()).collect(),
-            layout: Layout::PerSlot,
-        }
+        Self::owned_first(SLOTS_MAX, 1)
     }
 }
 
@@ -169,11 +154,10 @@ impl<T> Striped<T> {
     #[inline]
     pub(crate) fn local_slot(&self) -> Local<'_, T> {
         let slot = thread_slot();
-        let (index, exclusive) = match self.layout {
-            Layout::Shared { mask } => (slot & mask, false),
-            Layout::PerSlot => (slot, slot < SLOTS_MAX),
-            Layout::Owned { owned, .. } if slot < owned => (slot, true),
-            Layout::Owned { owned, mask } => (owned + (slot & mask), false),
+        let (index, exclusive) = if slot < self.owned {
+            (slot, true)
+        } else {
+            (self.owned + (slot & self.mask), false)
         };
         Local {
             value: &self.stripes[index].0,

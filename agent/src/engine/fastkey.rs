@@ -34,6 +34,8 @@ pub(crate) struct FastKey {
     /// `<id>:` when the policy has no key dimensions.
     head: Box<str>,
     parts: Vec<Part>,
+    /// Bytes of the key that are not values: the head alone, or every part's prefix.
+    fixed_len: usize,
     key_len_max: usize,
 }
 
@@ -63,10 +65,17 @@ impl FastKey {
                     values,
                 }
             })
-            .collect();
+            .collect::<Vec<Part>>();
+        let head: Box<str> = format!("{}:", policy.id).into();
+        let fixed_len = if parts.is_empty() {
+            head.len()
+        } else {
+            parts.iter().map(|p| p.prefix.len()).sum()
+        };
         FastKey {
-            head: format!("{}:", policy.id).into(),
+            head,
             parts,
+            fixed_len,
             key_len_max: schema.key_len_max(),
         }
     }
@@ -85,7 +94,7 @@ impl FastKey {
         if entries.len() > ENTRIES_MAX {
             return false;
         }
-        let mut len = self.fixed_len();
+        let mut len = self.fixed_len;
         for part in &self.parts {
             let Some(value) = single_value(&part.name, entries) else {
                 return false;
@@ -126,7 +135,7 @@ impl FastKey {
     /// Whether `key` is the canonical key of plain `values`, compared in place.
     #[inline]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
-        let len = self.fixed_len() + values.iter().map(|v| v.len()).sum::<usize>();
+        let len = self.fixed_len + values.iter().map(|v| v.len()).sum::<usize>();
         if key.len() != len {
             return false;
         }
@@ -160,15 +169,6 @@ impl FastKey {
         }
         self.write(&values, out);
         true
-    }
-
-    /// Bytes of the key that are not values: the head alone, or every part's prefix.
-    fn fixed_len(&self) -> usize {
-        if self.parts.is_empty() {
-            self.head.len()
-        } else {
-            self.parts.iter().map(|p| p.prefix.len()).sum()
-        }
     }
 }
 

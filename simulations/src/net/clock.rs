@@ -5,6 +5,13 @@ use leasehold_common::time::{Clock, Nanos, TokioClock};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+/// Simulated time since the start of the run, in nanoseconds, as the simulation's logs
+/// record it (zero outside a simulation).
+pub(crate) fn sim_now_ns() -> u64 {
+    let at = turmoil::sim_elapsed().unwrap_or_default();
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Largest clock offset a host may be given, in milliseconds either way.
 pub const CLOCK_OFFSET_MS_MAX: u64 = 600_000;
 

@@ -8,7 +8,7 @@
 //! what its disk holds (an agent's state file, when the run gives agents one).
 
 use super::check::{Admission, TrafficLog};
-use super::clock::{ClockOffsets, SteppedClock};
+use super::clock::{sim_now_ns, ClockOffsets, SteppedClock};
 use super::cluster::ALLOCATOR_PORT;
 use super::receipts::{LeaseReceipts, ReceiptGrantor};
 use super::rollout::RolloutShared;
@@ -201,8 +201,7 @@ async fn offer_traffic(
     let dims = [Dimension::policy(&cfg.policy_id, &entries)];
     loop {
         every.tick().await;
-        let at = turmoil::sim_elapsed().unwrap_or_default();
-        let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        let at_ns = sim_now_ns();
         if cfg.rollout.is_some() {
             note_version(index, cfg, engine, at_ns, &shared.rollout);
         }

@@ -2,6 +2,7 @@
 //! wire: the allocator's books say what a lease was settled as, not from when its holder
 //! could spend it.
 
+use super::clock::sim_now_ns;
 use leasehold_agent::lease::grantor::BoxFuture;
 use leasehold_agent::lease::{Grantor, GrantorError, WatchStream};
 use leasehold_proto::leasehold::v1 as pb;
@@ -19,12 +20,7 @@ pub struct LeaseReceipts {
 impl LeaseReceipts {
     /// Notes that `agent` holds `lease_id` now, unless it received it before.
     fn note(&self, agent: u32, lease_id: u64) {
-        let at = turmoil::sim_elapsed().unwrap_or_default();
-        self.note_at(
-            agent,
-            lease_id,
-            u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
-        );
+        self.note_at(agent, lease_id, sim_now_ns());
     }
 
     /// Notes that `agent` received `lease_id` at `at_ns`, unless it received it before.
@@ -35,8 +31,7 @@ impl LeaseReceipts {
     /// Notes that an answer of its grantor (a grant, a refusal with a retry hint, a
     /// renewal, a release) reached `agent` now.
     fn heard(&self, agent: u32) {
-        let at = turmoil::sim_elapsed().unwrap_or_default();
-        let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        let at_ns = sim_now_ns();
         let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
         let t = last.entry(agent).or_insert(at_ns);
         *t = (*t).max(at_ns);

@@ -4,6 +4,7 @@
 //! replacement leases. The budget bound is then checked per version ([`RolloutCheck`]).
 
 use super::check::{check_admissions_by, Admission};
+use super::clock::sim_now_ns;
 use super::hosts::{agent_host, HostResult};
 use super::receipts::LeaseReceipts;
 use super::transport::sim_channels;
@@ -154,7 +155,7 @@ pub async fn admin(cfg: NetConfig, spec: RolloutSpec, shared: RolloutShared) -> 
     let yaml = cfg.policy_yaml_with(spec.rate_per_s, spec.burst);
     for _ in 0..APPLY_ROUNDS_MAX {
         for addr in cfg.global_addrs() {
-            let now = sim_ns();
+            let now = sim_now_ns();
             {
                 let mut log = shared.lock();
                 log.sent_ns.get_or_insert(now);
@@ -166,18 +167,13 @@ pub async fn admin(cfg: NetConfig, spec: RolloutSpec, shared: RolloutShared) -> 
                 ..pb::ApplyPolicyRequest::default()
             };
             if let Ok(resp) = client.apply_policy(req).await {
-                shared.applied(sim_ns(), resp.into_inner().version);
+                shared.applied(sim_now_ns(), resp.into_inner().version);
                 std::future::pending::<()>().await;
             }
         }
         tokio::time::sleep(Duration::from_millis(APPLY_RETRY_MS)).await;
     }
     Err("no allocator applied the new policy version".into())
-}
-
-fn sim_ns() -> u64 {
-    let at = turmoil::sim_elapsed().unwrap_or_default();
-    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// P1 around a rollout, checked per version as the model simulation does: windows wholly

@@ -58,28 +58,18 @@ const THREE: [Dimension<'static>; 3] = [
 
 /// Runs `iters` calls of `f` split over `threads` threads; returns the wall time.
 fn spread(threads: u64, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            s.spawn(move || {
-                for i in 0..iters / threads {
-                    f(t * iters + i);
-                }
-            });
-        }
-    });
-    start.elapsed()
+    spread_with::<()>(threads, iters, &|i, _| f(i))
 }
 
-/// [`spread`] with one decision per thread, reused for every call.
-fn spread_with(threads: u64, iters: u64, f: &(dyn Fn(u64, &mut Decision) + Sync)) -> Duration {
+/// [`spread`] with one `S` per thread (e.g. a decision), reused for every call.
+fn spread_with<S: Default>(threads: u64, iters: u64, f: &(dyn Fn(u64, &mut S) + Sync)) -> Duration {
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {
             s.spawn(move || {
-                let mut decision = Decision::new();
+                let mut state = S::default();
                 for i in 0..iters / threads {
-                    f(t * iters + i, &mut decision);
+                    f(t * iters + i, &mut state);
                 }
             });
         }
@@ -110,7 +100,7 @@ fn bench_engine(c: &mut Criterion) {
             let into = format!("{name}_into");
             group.bench_function(BenchmarkId::new(into, threads), |b| {
                 b.iter_custom(|iters| {
-                    spread_with(threads, iters, &|i, d| {
+                    spread_with(threads, iters, &|i, d: &mut Decision| {
                         e.admit_into(&req, Nanos(i), d);
                         black_box(d.allowed);
                     })

@@ -19,6 +19,8 @@ pub enum SimError {
     UnknownScenario(String),
     #[error("ledger refused setup command: {0}")]
     Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
     #[error("writing {path}: {source}")]
     Io {
         path: String,

@@ -14,12 +14,26 @@ pub enum Promise {
     NoDoubleSpend,
     /// P3: nothing is spent under a lease after it expired (by the grantor's reckoning).
     LeaseExpiry,
-    /// P7: keys and leases in every ledger stay within their caps.
+    /// P4: keys and leases in every ledger stay within their caps.
     BoundedState,
+    /// P7: what the enforcers counted (offered, admitted, rejected, fail-open, restricted)
+    /// agrees with what was offered and admitted, and what the grantor counts as granted,
+    /// used, reclaimed and stranded accounts for every unit it put on lease.
+    HonestAccounting,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 4] = [
+    pub const ALL: [Promise; 5] = [
+        Promise::BudgetBound,
+        Promise::NoDoubleSpend,
+        Promise::LeaseExpiry,
+        Promise::BoundedState,
+        Promise::HonestAccounting,
+    ];
+
+    /// The promises the in-process model checks: its holders are the simulation's own, so
+    /// the enforcers' counters (P7) are checked only where the product's code runs.
+    pub const MODEL: [Promise; 4] = [
         Promise::BudgetBound,
         Promise::NoDoubleSpend,
         Promise::LeaseExpiry,
@@ -32,7 +46,8 @@ impl Promise {
             Promise::BudgetBound => "P1",
             Promise::NoDoubleSpend => "P2",
             Promise::LeaseExpiry => "P3",
-            Promise::BoundedState => "P7",
+            Promise::BoundedState => "P4",
+            Promise::HonestAccounting => "P7",
         }
     }
 
@@ -42,6 +57,7 @@ impl Promise {
             Promise::NoDoubleSpend => "no double spend",
             Promise::LeaseExpiry => "leases expire",
             Promise::BoundedState => "bounded state",
+            Promise::HonestAccounting => "honest accounting",
         }
     }
 
@@ -79,7 +95,7 @@ pub const KEPT_PER_PROMISE_MAX: usize = 8;
 /// Violations counted per promise, with the first few kept in full.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PromiseLog {
-    counts: [u64; 4],
+    counts: [u64; Promise::ALL.len()],
     kept: Vec<Violation>,
 }
 

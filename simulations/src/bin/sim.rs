@@ -301,7 +301,7 @@ fn net_seeds(args: &NetArgs) -> Result<ExitCode> {
         ""
     };
     println!(
-        "{} seeds from {}: P1 and P2 held on every run{replay}",
+        "{} seeds from {}: P1, P2, P3, P4 and P7 held on every run{replay}",
         args.seeds, args.from
     );
     Ok(ExitCode::SUCCESS)
@@ -362,8 +362,13 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
             .collect();
         println!("    faults as applied: {}", faults.join(", "));
         println!(
-            "    P1 violations {}, ledger conserved {}",
-            r.bound.violations, r.ledger_conserved
+            "    P1 violations {}, ledger conserved {}, P3 admissions past their lease {} (first {:?}), P7 miscounted agent runs {:?}, grantor within its caps {:?}",
+            r.bound.violations,
+            r.ledger_conserved,
+            r.expiry.violations,
+            r.expiry.first,
+            r.miscounts,
+            r.grantor.as_ref().map(net::GrantorBooks::within_caps),
         );
     }
 }

@@ -63,7 +63,7 @@ pub struct HierarchyConfig {
     pub critical_pct: u64,
     /// Agents taking traffic at the start (the rest join when scaled up); 0 means all.
     pub active_agents: usize,
-    /// Caps on every ledger's state (P7).
+    /// Caps on every ledger's state (P4).
     pub keys_max: usize,
     pub leases_max: usize,
     /// A broken enforcer, for checking the checks.

@@ -1,4 +1,4 @@
-//! The checks a hierarchy runs on itself: P2 and P7 after every step, P1 over every
+//! The checks a hierarchy runs on itself: P2 and P4 after every step, P1 over every
 //! window at the end (per policy version, with the documented transition after a rollout).
 
 use super::{Hierarchy, KEY};
@@ -111,7 +111,7 @@ impl Hierarchy {
     }
 }
 
-/// Conservation (P2) and caps (P7) of one ledger.
+/// Conservation (P2) and caps (P4) of one ledger.
 fn check_ledger(log: &mut PromiseLog, name: &str, ledger: &Ledger, now: u64) {
     if !ledger.conserved() {
         log.record(Promise::NoDoubleSpend, now, || {

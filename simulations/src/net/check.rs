@@ -21,7 +21,11 @@ pub struct Admission {
 /// What the agents of a run offered and admitted, shared by their hosts.
 #[derive(Clone, Debug, Default)]
 pub struct TrafficLog {
+    /// Admissions charged against leased credit.
     pub admissions: Vec<Admission>,
+    /// Admissions the policy's failure behaviour let through uncharged (`fail_open`,
+    /// `restricted`): counted apart, never part of the bound's check.
+    pub uncharged: Vec<Admission>,
     /// Requests offered, admitted or not.
     pub offered: u64,
 }

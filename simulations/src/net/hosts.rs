@@ -7,14 +7,16 @@
 //! host restarts, so it builds everything from scratch, as a restarted process would, from
 //! what its disk holds (an agent's state file, when the run gives agents one).
 
+use super::accounting::Accounts;
 use super::check::{Admission, TrafficLog};
 use super::clock::{sim_now_ns, ClockOffsets, SteppedClock};
 use super::cluster::ALLOCATOR_PORT;
+use super::demand::Offers;
 use super::receipts::{LeaseReceipts, ReceiptGrantor};
 use super::rollout::RolloutShared;
 use super::transport::{incoming, sim_channels};
-use super::NetConfig;
-use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use super::{NetConfig, RESTRICTED_PRIORITY};
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, Outcome, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, ManagerConfig, RemoteGrantor};
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::service::ticker::run_ticker;
@@ -131,6 +133,10 @@ pub struct AgentShared {
     pub disk_root: Option<PathBuf>,
     /// Where each agent notes the policy version its engine enforces.
     pub rollout: RolloutShared,
+    /// The run's seed, from which each agent works out its share of the traffic.
+    pub seed: u64,
+    /// Each agent run's decisions, to compare with its engine's counters (P7).
+    pub accounts: Accounts,
 }
 
 /// Runs agent `index`: leases credit from the allocator hosts over the simulated network
@@ -138,9 +144,10 @@ pub struct AgentShared {
 /// admission at the simulation's time. Every clock the agent's code reads is the host's
 /// clock, which the fault schedule may step.
 pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostResult {
-    if let Some(n) = shared.starts.get(index) {
-        n.fetch_add(1, Ordering::SeqCst);
-    }
+    let start = shared
+        .starts
+        .get(index)
+        .map_or(0, |n| n.fetch_add(1, Ordering::SeqCst) + 1);
     let clock = shared.clocks.clock(index);
     let policy = Policy::from_yaml(&cfg.policy_yaml())?;
     let wall = clock.clone();
@@ -150,6 +157,9 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
             .wall_clock(move || stepped_wall_clock(&wall))
             .build(RuleSource::from_policies(vec![policy]))?,
     );
+    shared
+        .accounts
+        .started(index, start, Arc::clone(&engine), &cfg.policy_id);
     let channels = sim_channels()?;
     let addrs = cfg.agent_addrs();
     let retries_max = addrs.len() + 1;
@@ -199,20 +209,38 @@ async fn offer_traffic(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let entries = [("tenant", TENANT)];
     let dims = [Dimension::policy(&cfg.policy_id, &entries)];
+    let mut offers = Offers::new(shared.seed, index, cfg.agents, cfg.offer_per_round);
+    let mut sent = 0u64;
     loop {
         every.tick().await;
         let at_ns = sim_now_ns();
         if cfg.rollout.is_some() {
             note_version(index, cfg, engine, at_ns, &shared.rollout);
         }
+        let n = offers.next(&cfg.demand, at_ns / 1_000_000);
         let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..cfg.offer_per_round {
+        for _ in 0..n {
             log.offered += 1;
-            if engine.admit(&AdmitRequest::new(&dims), clock.now()).allowed {
-                log.admissions.push(Admission {
-                    at_ns,
-                    agent: index as u32,
-                });
+            let mut req = AdmitRequest::new(&dims);
+            // Every fifth request is critical, for policies that restrict to those.
+            if sent.is_multiple_of(5) {
+                req.priority = RESTRICTED_PRIORITY;
+            }
+            sent += 1;
+            let decision = engine.admit(&req, clock.now());
+            let outcome = decision
+                .results
+                .first()
+                .map_or(Outcome::Skipped, |r| r.outcome);
+            shared.accounts.count(index, outcome);
+            let admission = Admission {
+                at_ns,
+                agent: index as u32,
+            };
+            match outcome {
+                Outcome::Admitted => log.admissions.push(admission),
+                Outcome::FailOpen | Outcome::Restricted => log.uncharged.push(admission),
+                _ => {}
             }
         }
     }

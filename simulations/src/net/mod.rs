@@ -19,10 +19,13 @@
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 
+pub mod accounting;
 mod apply;
 pub mod check;
 pub mod clock;
 pub mod cluster;
+pub mod demand;
+pub mod expiry;
 pub mod faults;
 pub mod hosts;
 pub mod receipts;
@@ -35,14 +38,17 @@ pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
+pub use demand::Demand;
+pub use faults::{Action, Scheduled};
 pub use rollout::{RolloutCheck, RolloutSpec};
-pub use run::{plan, run, NetReport};
+pub use run::{plan, run, GrantorBooks, NetReport};
 pub use settle::Settlement;
 
+use leasehold_common::policy::FailureMode;
 use leasehold_common::rate::Rate;
 
 /// Most agent hosts in one run.
-pub const AGENTS_MAX: usize = 32;
+pub const AGENTS_MAX: usize = 160;
 /// Longest run, in milliseconds of simulated time.
 pub const DURATION_MS_MAX: u64 = 600_000;
 /// Most requests one agent offers per round.
@@ -84,6 +90,8 @@ pub struct NetConfig {
     pub rate_per_s: u64,
     pub burst: u64,
     pub lease_ttl_ms: u64,
+    /// How far ahead a holder asks for credit: its lease covers its demand over this long.
+    pub refresh_horizon_ms: u64,
     /// Each agent offers `offer_per_round` requests every `offer_every_ms`.
     pub offer_every_ms: u64,
     pub offer_per_round: u64,
@@ -122,7 +130,23 @@ pub struct NetConfig {
     /// Draws a rollout from the seed instead (see [`rollout::draw`]): its instant, new rate
     /// and burst differ from seed to seed.
     pub rollout_drawn: bool,
+    /// What agents do while their grantor cannot be reached (the policy's `failure.mode`).
+    /// Under `restricted`, every fifth request is critical ([`RESTRICTED_PRIORITY`]) and
+    /// the local emergency rate is [`RESTRICTED_RATE_PER_S`] per agent.
+    pub failure: FailureMode,
+    /// How the offered traffic is shared among agents over time.
+    pub demand: Demand,
+    /// Faults at fixed instants, applied besides those drawn from the seed (a scenario's
+    /// script).
+    pub script: Vec<Scheduled>,
 }
+
+/// The lowest priority a `restricted` policy still admits in a run, and the priority of
+/// the critical requests the agents offer.
+pub const RESTRICTED_PRIORITY: u8 = 5;
+/// The local emergency rate of a `restricted` policy in a run, per agent, in units per
+/// second.
+pub const RESTRICTED_RATE_PER_S: u64 = 20;
 
 impl NetConfig {
     /// Three agents for 10 s: short enough for tests in debug builds.
@@ -134,6 +158,7 @@ impl NetConfig {
             rate_per_s: 100,
             burst: 200,
             lease_ttl_ms: 2_000,
+            refresh_horizon_ms: 200,
             offer_every_ms: 10,
             offer_per_round: 1,
             faults: 4,
@@ -149,6 +174,9 @@ impl NetConfig {
             real_pause_every_ms: 0,
             rollout: None,
             rollout_drawn: false,
+            failure: FailureMode::CachedLease,
+            demand: Demand::Even,
+            script: Vec::new(),
         }
     }
 
@@ -183,9 +211,26 @@ impl NetConfig {
     /// The run's policy with rate `rate_per_s` and burst `burst`; the rest is the same.
     pub fn policy_yaml_with(&self, rate_per_s: u64, burst: u64) -> String {
         format!(
-            "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: 200ms, reserve_fraction: 0}}\n",
-            self.policy_id, rate_per_s, burst, self.lease_ttl_ms
+            "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: {}ms, reserve_fraction: 0}}\n{}",
+            self.policy_id,
+            rate_per_s,
+            burst,
+            self.lease_ttl_ms,
+            self.refresh_horizon_ms,
+            self.failure_yaml()
         )
+    }
+
+    /// The policy's `failure` section; none for the default (`cached_lease`).
+    fn failure_yaml(&self) -> String {
+        match self.failure {
+            FailureMode::CachedLease => String::new(),
+            FailureMode::Restricted => format!(
+                "failure: {{mode: restricted, min_priority: {RESTRICTED_PRIORITY}, rate: {{units: {RESTRICTED_RATE_PER_S}, per: 1s}}}}\n"
+            ),
+            FailureMode::FailClosed => "failure: {mode: fail_closed}\n".into(),
+            FailureMode::FailOpen => "failure: {mode: fail_open}\n".into(),
+        }
     }
 
     /// The policy's rate `r`.
@@ -206,8 +251,19 @@ impl NetConfig {
             })
         };
         if !(1..=AGENTS_MAX).contains(&self.agents) {
-            return invalid("agents", self.agents as u64, "must be from 1 to 32");
+            return invalid("agents", self.agents as u64, "must be from 1 to 160");
         }
+        if !(1..self.lease_ttl_ms).contains(&self.refresh_horizon_ms) {
+            return invalid(
+                "refresh_horizon_ms",
+                self.refresh_horizon_ms,
+                "must be at least 1 and shorter than the lease TTL",
+            );
+        }
+        if let Err((field, value, reason)) = self.demand.validate(self.agents) {
+            return invalid(field, value, reason);
+        }
+        self.validate_script()?;
         if !(1_000..=DURATION_MS_MAX).contains(&self.duration_ms) {
             return invalid(
                 "duration_ms",
@@ -301,6 +357,62 @@ impl NetConfig {
                 self.clock_step_ms_max,
                 "must be at most 600000",
             );
+        }
+        Ok(())
+    }
+
+    /// Refuses a scripted fault outside the run or naming a host the run does not have.
+    fn validate_script(&self) -> Result<(), NetError> {
+        let invalid = |field, value: u64, reason| {
+            Err(NetError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if self.script.len() > 2 * faults::FAULTS_MAX {
+            return invalid("script", self.script.len() as u64, "at most 128 actions");
+        }
+        for s in &self.script {
+            if s.at_ms >= self.duration_ms {
+                return invalid("script.at_ms", s.at_ms, "must be before the run ends");
+            }
+            let agent = match s.action {
+                Action::Partition { agent }
+                | Action::Repair { agent }
+                | Action::Crash { agent }
+                | Action::Restart { agent }
+                | Action::ClockOffset { agent, .. } => Some(agent),
+                _ => None,
+            };
+            if agent.is_some_and(|a| a >= self.agents) {
+                return invalid(
+                    "script.agent",
+                    agent.unwrap_or(0) as u64,
+                    "no such agent in the run",
+                );
+            }
+            let node = match s.action {
+                Action::IsolateAllocator { node } | Action::RejoinAllocator { node } => Some(node),
+                _ => None,
+            };
+            if node.is_some_and(|n| n >= self.cluster) {
+                return invalid(
+                    "script.node",
+                    node.unwrap_or(0) as u64,
+                    "no such allocator in the run",
+                );
+            }
+            if s.action.is_allocator_fault() && self.cluster < 2 {
+                return invalid(
+                    "script.at_ms",
+                    s.at_ms,
+                    "allocator faults need a Raft cluster",
+                );
+            }
+            if matches!(s.action, Action::PartitionRegion | Action::RepairRegion) && !self.region {
+                return invalid("script.at_ms", s.at_ms, "region faults need a region");
+            }
         }
         Ok(())
     }

@@ -1,10 +1,12 @@
 //! Builds the simulated world from a seed, steps it while applying the fault schedule,
 //! and checks the admission log.
 
+use super::accounting::{Accounts, Miscount};
 use super::apply::{AppliedFault, LeaderTerm, World};
 use super::check::{check_admissions, Admission, TrafficLog};
 use super::clock::ClockOffsets;
 use super::cluster::{self, allocator_host, ClusterShared, NodeSlots};
+use super::expiry::{check_expiry, ExpiryCheck};
 use super::faults::{schedule, Action, FaultSpec, Scheduled};
 use super::hosts::{self, agent_host, AgentShared};
 use super::receipts::LeaseReceipts;
@@ -60,6 +62,68 @@ pub struct NetReport {
     pub settlements: Vec<Settlement>,
     /// The policy rollout, when the run has one; `bound` then sums its per-version checks.
     pub rollout: Option<RolloutReport>,
+    /// Admissions let through uncharged by the policy's failure behaviour (`fail_open`,
+    /// `restricted`), ordered like `admissions`; not part of the bound's check.
+    pub uncharged: Vec<Admission>,
+    /// P3: charged admissions made with no unexpired lease in hand.
+    pub expiry: ExpiryCheck,
+    /// P7: agent runs whose engine counters were compared with their traffic, and those
+    /// that disagreed.
+    pub accounts_checked: u64,
+    pub miscounts: Vec<Miscount>,
+    /// The grantor's books at the end (the ledger the agents lease from), when readable.
+    pub grantor: Option<GrantorBooks>,
+    /// Calls the agents made to their grantor (acquire, report, release).
+    pub grantor_calls: u64,
+    /// At each leader crash: when (ms), and how many agent calls were on the wire.
+    pub leader_crash_in_flight: Vec<(u64, u64)>,
+}
+
+/// The grantor's books at the end of a run: its credit flows summed over its keys, and its
+/// state against its caps (P4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrantorBooks {
+    pub totals: leasehold_common::ledger::KeyStats,
+    /// Credit on lease at the end.
+    pub outstanding: u64,
+    pub keys: usize,
+    pub keys_max: usize,
+    pub leases: usize,
+    pub leases_max: usize,
+}
+
+impl GrantorBooks {
+    /// Reads `ledger`.
+    pub fn read(ledger: &leasehold_common::ledger::Ledger) -> Self {
+        let mut totals = leasehold_common::ledger::KeyStats::default();
+        for (_, account) in ledger.accounts() {
+            let s = &account.stats;
+            totals.initial += s.initial;
+            totals.produced += s.produced;
+            totals.received += s.received;
+            totals.granted += s.granted;
+            totals.used += s.used;
+            totals.reclaimed += s.reclaimed;
+            totals.stranded += s.stranded;
+            totals.dropped += s.dropped;
+            totals.returned_upstream += s.returned_upstream;
+            totals.lost_upstream += s.lost_upstream;
+        }
+        let limits = &ledger.config().limits;
+        GrantorBooks {
+            totals,
+            outstanding: ledger.leases().map(|l| l.unspent()).sum(),
+            keys: ledger.accounts().count(),
+            keys_max: limits.keys_max,
+            leases: ledger.leases().count(),
+            leases_max: limits.leases_max,
+        }
+    }
+
+    /// Keys and leases within their caps.
+    pub fn within_caps(&self) -> bool {
+        self.keys <= self.keys_max && self.leases <= self.leases_max
+    }
 }
 
 impl NetReport {
@@ -67,6 +131,9 @@ impl NetReport {
     /// rollout, if any, held ([`RolloutReport::holds`]).
     pub fn passed(&self) -> bool {
         self.bound.violations == 0
+            && self.expiry.violations == 0
+            && self.miscounts.is_empty()
+            && self.grantor.as_ref().is_none_or(GrantorBooks::within_caps)
             && self.ledger_conserved
             && self.settlements.iter().all(Settlement::holds)
             && self.rollout.as_ref().is_none_or(RolloutReport::holds)
@@ -175,6 +242,8 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         receipts: LeaseReceipts::default(),
         disk_root: cfg.agent_state.then(|| allocators.shared.data_root.clone()),
         rollout: RolloutShared::new(cfg.agents),
+        seed,
+        accounts: Accounts::new(cfg.agents),
     };
     if let Some(spec) = cfg.rollout {
         let (c, r) = (cfg.clone(), agents.rollout.clone());
@@ -203,6 +272,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     );
     let books = grantor_books(cfg, &allocators);
     let mut crashes = CrashLedger::default();
+    let mut in_flight_at_crash = Vec::new();
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
@@ -211,6 +281,9 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         }
         world.observe_leader(now_ms);
         while let Some(s) = plan.get(next).filter(|s| s.at_ms <= now_ms) {
+            if s.action == Action::CrashLeader {
+                in_flight_at_crash.push((now_ms, agents.receipts.in_flight()));
+            }
             let noting = Noting {
                 books: &books,
                 crashes: &mut crashes,
@@ -236,6 +309,8 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         .unwrap_or_default(),
         None => Default::default(),
     };
+    let grantor = read_books(&books, &world, cfg.region, GrantorBooks::read);
+    let (accounts_checked, miscounts) = agents.accounts.finish(&cfg.policy_id);
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;
     // The nodes' storage goes only after the simulation, which owns their runtimes.
@@ -244,6 +319,9 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let traffic = std::mem::take(&mut *agents.log.lock().unwrap_or_else(|e| e.into_inner()));
     let mut admissions = traffic.admissions;
     admissions.sort_unstable();
+    let mut uncharged = traffic.uncharged;
+    uncharged.sort_unstable();
+    let expiry = check_expiry(&admissions, &agents.receipts, cfg.agents);
     let settlements = crashes.settle(&closings, &agents.receipts, &admissions);
     let rollout = cfg.rollout.map(|spec| {
         let log = agents.rollout.snapshot();
@@ -277,6 +355,13 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         offered: traffic.offered,
         admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
         ledger_conserved,
+        uncharged,
+        expiry,
+        accounts_checked,
+        miscounts,
+        grantor,
+        grantor_calls: agents.receipts.calls(),
+        leader_crash_in_flight: in_flight_at_crash,
     })
 }
 
@@ -462,6 +547,10 @@ fn disk_root() -> std::path::PathBuf {
 /// seed, plus the configured leader crash and its restart. Pure: no simulation runs.
 pub fn plan(seed: u64, cfg: &NetConfig) -> Vec<Scheduled> {
     let mut plan = schedule(seed ^ SCHEDULE_SALT, &fault_spec(cfg));
+    if !cfg.script.is_empty() {
+        plan.extend(cfg.script.iter().copied());
+        plan.sort_by_key(|s| s.at_ms);
+    }
     if let Some(at_ms) = cfg.leader_crash_at_ms {
         plan.push(Scheduled {
             at_ms,

@@ -94,7 +94,7 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 instance, admit about N×R: 4R, then 8R, then 12R. Leased credit from one global \
                 bucket admits R however many instances share it."
             .into(),
-        checked: Promise::ALL.to_vec(),
+        checked: Promise::MODEL.to_vec(),
         promises: sim.promises(),
         facts: Vec::new(),
         series,

@@ -60,7 +60,7 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 (its credit is never granted again early), that every ledger conserves its units, \
                 and that the burst stays within the bound."
             .into(),
-        checked: Promise::ALL.to_vec(),
+        checked: Promise::MODEL.to_vec(),
         promises: sim.promises(),
         facts: Vec::new(),
         series,

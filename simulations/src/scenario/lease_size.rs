@@ -112,7 +112,7 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 the burst, holders wait on each other's credit and fewer units are admitted: \
                 large leases reserve capacity that sits unused."
             .into(),
-        checked: Promise::ALL.to_vec(),
+        checked: Promise::MODEL.to_vec(),
         promises,
         facts: Vec::new(),
         series,

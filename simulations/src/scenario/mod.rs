@@ -12,6 +12,7 @@ pub mod fuzz;
 mod key_spray;
 mod leader_loss;
 mod lease_size;
+pub mod networked;
 mod partition;
 mod report;
 mod rollout;
@@ -100,6 +101,11 @@ pub const ALL: &[Scenario] = &[
         name: "lease-size",
         about: "grantor request rate and stranded credit against lease size, beside the capacity model",
         run: lease_size::run,
+    },
+    Scenario {
+        name: networked::partition::NAME,
+        about: "production code on the simulated network: agents cut off under each failure behaviour",
+        run: networked::partition::scenario,
     },
     Scenario {
         name: "fuzz",

@@ -109,7 +109,7 @@ pub fn run(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
                 and fail_open admits everything uncharged, counted apart. A region cut off from \
                 the root keeps sub-leasing what it holds until its own lease runs out."
             .into(),
-        checked: Promise::ALL.to_vec(),
+        checked: Promise::MODEL.to_vec(),
         promises,
         facts: Vec::new(),
         series,

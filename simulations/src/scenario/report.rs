@@ -116,7 +116,7 @@ impl ScenarioReport {
             seed,
             title: title.into(),
             about: about.into(),
-            checked: Promise::ALL.to_vec(),
+            checked: Promise::MODEL.to_vec(),
             promises: sim.promises(),
             facts: Vec::new(),
             series: super::seconds::standard_series(sim),

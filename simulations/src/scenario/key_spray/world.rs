@@ -1,5 +1,5 @@
 //! The root ledger, the enforcer's gate, the tenants' and the attacker's holders, stepped
-//! together, with P2 and P7 checked after every step.
+//! together, with P2 and P4 checked after every step.
 
 use super::holder::Holder;
 use super::*;

@@ -1,0 +1,45 @@
+//! The named scenarios on the networked simulation (the production code), at test size:
+//! every promise holds and each scenario shows what it is for.
+
+use leasehold_simulations::scenario::{self, RunOptions, Scale, ScenarioReport};
+
+fn run(name: &str, seed: u64) -> ScenarioReport {
+    let opts = RunOptions {
+        seed,
+        scale: Scale::Quick,
+    };
+    let report = (scenario::find(name).expect("known").run)(&opts).expect("runs");
+    assert!(
+        report.passed(),
+        "{name} seed {seed}: {:?}",
+        report.promises.kept()
+    );
+    report
+}
+
+fn fact(r: &ScenarioReport, name: &str) -> u64 {
+    r.fact_u64(name)
+        .unwrap_or_else(|| panic!("{}: no numeric fact '{name}' in {:?}", r.scenario, r.facts))
+}
+
+#[test]
+fn partitions_keep_the_bound_and_count_uncharged_admissions_apart() {
+    let r = run("net-partition", 1);
+    // Once their leases are gone, the cut-off agents admit uncharged only where the policy
+    // says so: fail_open everything, restricted its critical share at the emergency rate.
+    let uncharged = |mode: &str| fact(&r, &format!("{mode}: admitted uncharged"));
+    assert_eq!(uncharged("fail_closed"), 0);
+    assert_eq!(uncharged("cached_lease"), 0);
+    assert!(
+        uncharged("fail_open") > uncharged("restricted"),
+        "{:?}",
+        r.facts
+    );
+    assert!(uncharged("restricted") > 0);
+    // Charged admissions never exceed B + r·T over the run, whatever the behaviour.
+    for mode in ["fail_closed", "cached_lease", "fail_open", "restricted"] {
+        let admitted = fact(&r, &format!("{mode}: admitted (charged)"));
+        assert!(admitted <= fact(&r, &format!("{mode}: B + r·T over the run")));
+        assert!(admitted > 0);
+    }
+}

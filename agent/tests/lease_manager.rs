@@ -218,3 +218,32 @@ async fn leases_signed_by_an_untrusted_key_are_never_spent() {
         }
     }
 }
+
+/// A lease no longer than the holder's refresh horizon (the default horizon is 2 s, as long
+/// as this policy's leases) is renewed when half its life has gone, and otherwise only on
+/// the report interval: not on every tick of the manager, which would make each agent call
+/// its grantor hundreds of times a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_as_short_as_the_refresh_horizon_is_not_renewed_on_every_tick() {
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
+    let grantor: Arc<dyn Grantor> = local_grantor(&policy, signer);
+    let a = agent("gw-1", grantor, &policy);
+    let started = Instant::now();
+    let mut admitted = 0u64;
+    // About 20 requests a second for 1.5 s: far below the rate, so credit never runs low.
+    while started.elapsed() < Duration::from_millis(1_500) {
+        admitted += u64::from(admit(&a, "acme"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.stop.send(true).unwrap();
+    let counters = a.task.await.unwrap();
+    assert!(admitted >= 20, "admitted {admitted}");
+    // Ticks every 5 ms (300 in 1.5 s), reports every 100 ms (15 in 1.5 s).
+    assert!(
+        counters.reports <= 45,
+        "{} reports in 1.5 s: {counters:?}",
+        counters.reports
+    );
+    assert!(counters.reports >= 5, "{counters:?}");
+}

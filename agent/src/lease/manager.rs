@@ -139,6 +139,8 @@ pub(super) struct Held {
     pub(super) last_report: Nanos,
     pub(super) offered_at_report: u64,
     pub(super) deadline: Nanos,
+    /// How long the current version was granted for, in nanoseconds.
+    pub(super) ttl_ns: u64,
     pub(super) priority: u8,
 }
 
@@ -410,6 +412,7 @@ impl LeaseManager {
             reported_used: 0,
             last_report: sent_at,
             deadline,
+            ttl_ns: lease.ttl_ms.saturating_mul(NS_PER_MS),
             priority: req.priority,
         };
         self.held

@@ -51,7 +51,11 @@ impl LeaseManager {
             now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
         let unspent = h.slot.remaining() + (h.credit - h.in_slot());
         let running_low = 2 * unspent < horizon;
-        let expiring = h.deadline.saturating_since(now) < self.cfg.holder.refresh_horizon_ns();
+        // A lease the holder configuration would call expiring for most of its life (a
+        // refresh horizon as long as the lease) is renewed once half of it has gone, not on
+        // every tick.
+        let renew_within_ns = self.cfg.holder.refresh_horizon_ns().min(h.ttl_ns / 2);
+        let expiring = h.deadline.saturating_since(now) < renew_within_ns;
         if report_due || running_low || expiring {
             self.report(k, now).await;
         }
@@ -121,6 +125,7 @@ impl LeaseManager {
             if lease.generation > h.generation {
                 h.generation = lease.generation;
                 h.deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+                h.ttl_ns = lease.ttl_ms.saturating_mul(NS_PER_MS);
                 // Moves the deadline; new credit follows once the mark allows it.
                 h.slot.deposit(0, h.deadline.0);
             }

@@ -36,6 +36,20 @@ fn partitions_keep_the_bound_and_count_uncharged_admissions_apart() {
         r.facts
     );
     assert!(uncharged("restricted") > 0);
+    // fail_closed stops spending held credit once it finds the grantor unreachable;
+    // cached_lease spends it until the lease runs out.
+    let cut = |mode: &str| {
+        fact(
+            &r,
+            &format!("{mode}: charged admissions of the cut-off agents while cut off"),
+        )
+    };
+    assert!(
+        cut("cached_lease") > cut("fail_closed") + 10,
+        "{:?}",
+        r.facts
+    );
+    assert_eq!(cut("fail_closed"), cut("restricted"));
     // Charged admissions never exceed B + r·T over the run, whatever the behaviour.
     for mode in ["fail_closed", "cached_lease", "fail_open", "restricted"] {
         let admitted = fact(&r, &format!("{mode}: admitted (charged)"));

@@ -56,6 +56,10 @@ pub struct ManagerConfig {
     pub idle_release_ms: u64,
     /// Wait before asking again after a denial or an unreachable grantor.
     pub retry_ms: u64,
+    /// A report still unanswered after this long marks its lease's grantor unreachable
+    /// while the call goes on, so that fail-closed and restricted policies stop spending
+    /// held credit without waiting for the request's own timeout.
+    pub report_unanswered_ms: u64,
     pub leases_max: usize,
     /// With a state file: the smallest step by which a lease's durable mark is raised
     /// (larger under higher demand), in units.
@@ -83,6 +87,7 @@ impl ManagerConfig {
             initial_want: 100,
             idle_release_ms: 30_000,
             retry_ms: 250,
+            report_unanswered_ms: 1_000,
             leases_max: 100_000,
             mark_chunk_min: 64,
             watch_silence_max_ms: 15_000,

@@ -2,11 +2,13 @@
 
 use super::grantor::GrantorError;
 use super::manager::{Held, HeldKey, LeaseManager, NS_PER_MS};
-use crate::credit::SlotState;
+use crate::credit::{CreditSlot, SlotState};
 use crate::engine::AcquireRequest;
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 impl LeaseManager {
     /// Demand in units per second since the last report, and the credit wanted for the
@@ -94,7 +96,9 @@ impl LeaseManager {
         };
         self.counters.reports += 1;
         let sent_at = now;
-        match self.grantor.report(r).await {
+        let slot = Arc::clone(&h.slot);
+        let unanswered = Duration::from_millis(self.cfg.report_unanswered_ms.max(1));
+        match watched(self.grantor.report(r), &slot, unanswered).await {
             Ok(resp) => self.renewed(k, resp, used, sent_at).await,
             Err(GrantorError::Unreachable(_)) => {
                 self.counters.unreachable += 1;
@@ -168,5 +172,61 @@ impl LeaseManager {
             }
         }
         h.slot.set_state(SlotState::Idle);
+    }
+}
+
+/// Awaits `call`; if it is still unanswered after `unanswered`, marks `slot`'s grantor
+/// unreachable and goes on waiting. An answer that comes later sets the slot active again.
+async fn watched<T>(call: impl Future<Output = T>, slot: &CreditSlot, unanswered: Duration) -> T {
+    let mut call = std::pin::pin!(call);
+    tokio::select! {
+        out = &mut call => out,
+        () = tokio::time::sleep(unanswered) => {
+            if slot.state() == SlotState::Active {
+                slot.set_state(SlotState::Unreachable);
+            }
+            call.await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn active_slot() -> CreditSlot {
+        let slot = CreditSlot::new();
+        slot.set_state(SlotState::Active);
+        slot
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_report_unanswered_for_too_long_marks_the_grantor_unreachable_meanwhile() {
+        let slot = active_slot();
+        let answer = async {
+            tokio::time::sleep(Duration::from_millis(3_000)).await;
+            7
+        };
+        let watching = watched(answer, &slot, Duration::from_millis(1_000));
+        let mut watching = std::pin::pin!(watching);
+        // Still waiting at 1.5 s: the slot already says unreachable.
+        let early = tokio::time::timeout(Duration::from_millis(1_500), &mut watching).await;
+        assert!(early.is_err());
+        assert_eq!(slot.state(), SlotState::Unreachable);
+        assert_eq!(watching.await, 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timely_answer_leaves_the_slot_alone() {
+        let slot = active_slot();
+        let answer = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            7
+        };
+        assert_eq!(
+            watched(answer, &slot, Duration::from_millis(1_000)).await,
+            7
+        );
+        assert_eq!(slot.state(), SlotState::Active);
     }
 }

@@ -35,8 +35,11 @@ fn config(opts: &RunOptions, failure: FailureMode) -> (NetConfig, u64, u64) {
             action: Action::Repair { agent },
         });
     }
+    // Demand at 80 % of the rate, so that agents hold credit they have not spent yet when
+    // they are cut off.
     let cfg = NetConfig {
         agents: 4,
+        offer_every_ms: 50,
         duration_ms: s.pick(20_000, 10_000),
         faults: 0,
         failure,

@@ -108,6 +108,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::partition::scenario,
     },
     Scenario {
+        name: networked::autoscaling::NAME,
+        about: "production code: instances scale from 4 to 12; local buckets admit ~N×R, leased agents stay within B + R·T",
+        run: networked::autoscaling::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -1,0 +1,47 @@
+//! The autoscaling, Zipf, lease-size and rollout scenarios on the networked simulation (the
+//! production code), at test size: every promise holds and each scenario shows what it is
+//! for.
+
+use leasehold_simulations::scenario::{self, RunOptions, Scale, ScenarioReport};
+
+fn run(name: &str, seed: u64) -> ScenarioReport {
+    let opts = RunOptions {
+        seed,
+        scale: Scale::Quick,
+    };
+    let report = (scenario::find(name).expect("known").run)(&opts).expect("runs");
+    assert!(
+        report.passed(),
+        "{name} seed {seed}: {:?}",
+        report.promises.kept()
+    );
+    report
+}
+
+fn fact(r: &ScenarioReport, name: &str) -> u64 {
+    r.fact_u64(name)
+        .unwrap_or_else(|| panic!("{}: no numeric fact '{name}' in {:?}", r.scenario, r.facts))
+}
+
+#[test]
+fn autoscaling_multiplies_local_buckets_but_not_leased_credit() {
+    let r = run("net-autoscaling", 1);
+    let bound = fact(&r, "bound for 1 s (B + R)");
+    let rate = fact(&r, "rate R (units/s)");
+    assert!(fact(&r, "leased: peak units in 1 s") <= bound);
+    assert!(fact(&r, "local buckets: peak units in 1 s") > 2 * bound);
+    assert!(fact(&r, "local buckets: windows over B + R·T") > 0);
+    for n in [2, 4, 6] {
+        let leased = fact(&r, &format!("{n} instances: leased units/s"));
+        let local = fact(&r, &format!("{n} instances: local buckets units/s"));
+        // Local buckets admit about N×R; the leased agents share R.
+        assert!(local >= (n - 1) * rate, "{n} instances: {local}");
+        assert!(leased <= rate + rate / 10, "{n} instances: {leased}");
+        assert!(leased > 0);
+        // Leased credit reaches every instance taking traffic.
+        assert_eq!(
+            fact(&r, &format!("{n} instances: leased agents admitting")),
+            n
+        );
+    }
+}

@@ -45,3 +45,32 @@ fn autoscaling_multiplies_local_buckets_but_not_leased_credit() {
         );
     }
 }
+
+#[test]
+fn zipf_demand_uses_the_bound_and_credit_follows_the_hot_spots() {
+    let r = run("net-zipf", 1);
+    assert!(
+        fact(&r, "utilisation of the bound (%)") >= 90,
+        "{:?}",
+        r.facts
+    );
+    let agents = fact(&r, "agents");
+    let hot = fact(&r, "hottest agents per epoch");
+    let even_pct = hot * 100 / agents;
+    let epochs: Vec<_> = r
+        .facts
+        .iter()
+        .filter(|f| f.name.ends_with("hottest share of admissions (%)"))
+        .collect();
+    assert!(epochs.len() >= 3, "{:?}", r.facts);
+    for f in epochs {
+        let share: u64 = f.value.parse().expect("numeric");
+        // An even split would give the hottest their head count's share; they get well
+        // over it, wherever the hot spots moved.
+        assert!(
+            share * 2 >= even_pct * 3,
+            "{}: {share}% (even {even_pct}%)",
+            f.name
+        );
+    }
+}

@@ -113,6 +113,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::autoscaling::scenario,
     },
     Scenario {
+        name: networked::zipf::NAME,
+        about: "production code: Zipf demand over 120 agents with moving hot spots; utilisation, and credit following the hot spots",
+        run: networked::zipf::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -8,6 +8,7 @@
 
 pub mod autoscaling;
 pub mod partition;
+pub mod zipf;
 
 use super::{RunOptions, ScenarioReport, Series};
 use crate::error::SimError;

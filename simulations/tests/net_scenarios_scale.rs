@@ -74,3 +74,18 @@ fn zipf_demand_uses_the_bound_and_credit_follows_the_hot_spots() {
         );
     }
 }
+
+#[test]
+fn larger_leases_mean_fewer_grantor_calls_and_more_stranded_credit() {
+    let r = run("net-lease-size", 1);
+    let at = |h: u64, what: &str| fact(&r, &format!("horizon {h} ms: {what}"));
+    assert!(at(100, "lease size (units)") < at(1_000, "lease size (units)"));
+    assert!(at(100, "grantor calls/s") > 2 * at(1_000, "grantor calls/s"));
+    assert!(at(100, "stranded") < at(1_000, "stranded"));
+    for h in [100, 500, 1_000] {
+        assert!(at(h, "agent crashes") > 0);
+        // The model counts one call per lease; holders also report between refreshes.
+        assert!(at(h, "grantor calls/s") >= at(h, "model calls/s"));
+        assert!(at(h, "admitted/s") > 0);
+    }
+}

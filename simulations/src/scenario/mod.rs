@@ -118,6 +118,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::zipf::scenario,
     },
     Scenario {
+        name: networked::lease_size::NAME,
+        about: "production code: grantor calls and stranded credit against lease size, with agent crashes, beside the §9 model",
+        run: networked::lease_size::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -89,3 +89,30 @@ fn larger_leases_mean_fewer_grantor_calls_and_more_stranded_credit() {
         assert!(at(h, "admitted/s") > 0);
     }
 }
+
+#[test]
+fn a_rollout_reaches_every_agent_and_each_version_keeps_its_bound() {
+    let r = run("net-rollout", 1);
+    assert_eq!(fact(&r, "new version"), 2);
+    assert!(fact(&r, "applied at (ms)") >= fact(&r, "sent at (ms)"));
+    assert_eq!(
+        fact(&r, "agents on the new version at the end"),
+        fact(&r, "agents")
+    );
+    assert_eq!(fact(&r, "old-version leases on the books at the end"), 0);
+    for phase in ["before", "transition", "after"] {
+        assert!(fact(&r, &format!("{phase}: windows checked")) > 0);
+        assert_eq!(fact(&r, &format!("{phase}: windows over the bound")), 0);
+    }
+    // The new version's fifth of the rate took effect.
+    let before = fact(&r, "admitted/s before the rollout (from 1 s)");
+    let after = fact(&r, "admitted/s after the transition");
+    assert!(after * 3 < before, "before {before}/s, after {after}/s");
+    let series = &r.series;
+    let on_new = series.column("agents_on_new").expect("column");
+    assert_eq!(series.rows.first().map(|row| row[on_new]), Some(0));
+    assert_eq!(
+        series.rows.last().map(|row| row[on_new]),
+        Some(fact(&r, "agents"))
+    );
+}

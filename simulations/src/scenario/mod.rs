@@ -123,6 +123,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::lease_size::scenario,
     },
     Scenario {
+        name: networked::rollout::NAME,
+        about: "production code: a new policy version at a fifth of the rate applied under traffic; each version's bound holds",
+        run: networked::rollout::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

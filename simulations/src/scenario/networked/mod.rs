@@ -9,6 +9,7 @@
 pub mod autoscaling;
 pub mod lease_size;
 pub mod partition;
+pub mod rollout;
 pub mod zipf;
 
 use super::{RunOptions, ScenarioReport, Series};

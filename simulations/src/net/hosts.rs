@@ -170,8 +170,11 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
         receipts: shared.receipts.clone(),
     });
     let mut mcfg = ManagerConfig::new(agent_host(index));
-    mcfg.report_every_ms = 200;
+    mcfg.report_every_ms = cfg.report_every_ms;
     mcfg.retry_ms = 100;
+    if let Some(h) = cfg.holder_refresh_horizon_ms {
+        mcfg.holder.refresh_horizon_ms = h;
+    }
     mcfg.state_file = shared
         .disk_root
         .as_ref()

@@ -51,6 +51,10 @@ use leasehold_common::rate::Rate;
 pub const AGENTS_MAX: usize = 160;
 /// Longest run, in milliseconds of simulated time.
 pub const DURATION_MS_MAX: u64 = 600_000;
+/// Longest holder refresh horizon, in milliseconds (the holder's own limit).
+pub const HOLDER_REFRESH_HORIZON_MS_MAX: u64 = 3_600_000;
+/// Longest interval between an agent's reports on a lease, in milliseconds.
+pub const REPORT_EVERY_MS_MAX: u64 = 60_000;
 /// Most requests one agent offers per round.
 pub const OFFER_PER_ROUND_MAX: u64 = 10_000;
 /// How long a run stands still in real time at each pause (see
@@ -92,6 +96,13 @@ pub struct NetConfig {
     pub lease_ttl_ms: u64,
     /// How far ahead a holder asks for credit: its lease covers its demand over this long.
     pub refresh_horizon_ms: u64,
+    /// The agents' own refresh horizon (`HolderConfig::refresh_horizon_ms`): they ask for
+    /// more when what they hold would not last this long, or their lease expires within it.
+    /// `None` keeps the holder's default.
+    pub holder_refresh_horizon_ms: Option<u64>,
+    /// How often an agent reports on each lease it holds, whatever its credit, in
+    /// milliseconds (`ManagerConfig::report_every_ms`).
+    pub report_every_ms: u64,
     /// Each agent offers `offer_per_round` requests every `offer_every_ms`.
     pub offer_every_ms: u64,
     pub offer_per_round: u64,
@@ -159,6 +170,8 @@ impl NetConfig {
             burst: 200,
             lease_ttl_ms: 2_000,
             refresh_horizon_ms: 200,
+            holder_refresh_horizon_ms: None,
+            report_every_ms: 200,
             offer_every_ms: 10,
             offer_per_round: 1,
             faults: 4,
@@ -258,6 +271,18 @@ impl NetConfig {
                 "refresh_horizon_ms",
                 self.refresh_horizon_ms,
                 "must be at least 1 and shorter than the lease TTL",
+            );
+        }
+        if let Some(h) = self.holder_refresh_horizon_ms {
+            if !(1..=HOLDER_REFRESH_HORIZON_MS_MAX).contains(&h) {
+                return invalid("holder_refresh_horizon_ms", h, "must be from 1 to 3600000");
+            }
+        }
+        if !(1..=REPORT_EVERY_MS_MAX).contains(&self.report_every_ms) {
+            return invalid(
+                "report_every_ms",
+                self.report_every_ms,
+                "must be from 1 to 60000",
             );
         }
         if let Err((field, value, reason)) = self.demand.validate(self.agents) {

@@ -30,6 +30,12 @@ const SCHEDULE_SALT: u64 = 0x6e65_745f_6661_756c;
 const EPOCH_S: u64 = 1_767_225_600;
 /// turmoil's step, in milliseconds of simulated time.
 const TICK_MS: u64 = 1;
+/// turmoil's default TCP capacity: connections queued at a listener, and segments queued
+/// on a stream.
+const TCP_CAPACITY_DEFAULT: usize = 64;
+/// Connections one agent may open to a grantor at once (its lease calls and its watch
+/// stream, with room for a reconnect).
+const CONNECTIONS_PER_AGENT_MAX: usize = 4;
 /// Faults start this long after the start and are all repaired this long before the end.
 pub(super) const QUIET_MS: u64 = 1_000;
 
@@ -233,6 +239,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         .simulation_duration(Duration::from_millis(cfg.duration_ms + QUIET_MS))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(cfg.latency_ms_base))
+        .tcp_capacity(tcp_capacity(cfg.agents))
         .build();
     let allocators = add_allocators(&mut sim, cfg).map_err(|e| failed(0, e))?;
     let agents = AgentShared {
@@ -363,6 +370,13 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         grantor_calls: agents.receipts.calls(),
         leader_crash_in_flight: in_flight_at_crash,
     })
+}
+
+/// turmoil's TCP capacity for a run of `agents`: a listener whose backlog is full makes
+/// turmoil panic, and every agent connects to the same grantor at the start. Runs small
+/// enough for the default keep it, so their streams' flow control does not change.
+fn tcp_capacity(agents: usize) -> usize {
+    (agents * CONNECTIONS_PER_AGENT_MAX).max(TCP_CAPACITY_DEFAULT)
 }
 
 /// `cfg` with its rollout drawn from `seed`, if it asks for one: after the quiet start,

@@ -108,6 +108,26 @@ pub const ALL: &[Scenario] = &[
         run: networked::partition::scenario,
     },
     Scenario {
+        name: networked::autoscaling::NAME,
+        about: "production code: instances scale from 4 to 12; local buckets admit ~N×R, leased agents stay within B + R·T",
+        run: networked::autoscaling::scenario,
+    },
+    Scenario {
+        name: networked::zipf::NAME,
+        about: "production code: Zipf demand over 120 agents with moving hot spots; utilisation, and credit following the hot spots",
+        run: networked::zipf::scenario,
+    },
+    Scenario {
+        name: networked::lease_size::NAME,
+        about: "production code: grantor calls and stranded credit against lease size, with agent crashes, beside the §9 model",
+        run: networked::lease_size::scenario,
+    },
+    Scenario {
+        name: networked::rollout::NAME,
+        about: "production code: a new policy version at a fifth of the rate applied under traffic; each version's bound holds",
+        run: networked::rollout::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -6,10 +6,15 @@
 //! [`ScenarioReport`]: the promises checked on every run ([`promises`]), a time series in
 //! 100 ms steps ([`series`]), headline figures and a chart.
 
+pub mod autoscaling;
+pub mod lease_size;
 pub mod partition;
+pub mod rollout;
+pub mod zipf;
 
 use super::{RunOptions, ScenarioReport, Series};
 use crate::error::SimError;
+use crate::net::demand::Offers;
 use crate::net::{self, NetConfig, NetReport};
 use crate::promises::{Promise, PromiseLog};
 
@@ -81,18 +86,37 @@ pub fn promises(r: &NetReport, label: &str) -> PromiseLog {
 
 /// Charged and uncharged admissions of `r`, per step of [`STEP_MS`].
 pub fn per_step(r: &NetReport, duration_ms: u64) -> (Vec<u64>, Vec<u64>) {
+    (
+        count_per_step(&r.admissions, duration_ms),
+        count_per_step(&r.uncharged, duration_ms),
+    )
+}
+
+/// Admissions of `log` per step of [`STEP_MS`], over `duration_ms`.
+pub fn count_per_step(log: &[net::Admission], duration_ms: u64) -> Vec<u64> {
     let steps = duration_ms.div_ceil(STEP_MS) as usize;
-    let count = |log: &[net::Admission]| {
-        let mut out = vec![0u64; steps];
-        for a in log {
-            let i = (a.at_ns / 1_000_000 / STEP_MS) as usize;
-            if let Some(n) = out.get_mut(i) {
-                *n += 1;
-            }
+    let mut out = vec![0u64; steps];
+    for a in log {
+        let i = (a.at_ns / 1_000_000 / STEP_MS) as usize;
+        if let Some(n) = out.get_mut(i) {
+            *n += 1;
         }
-        out
-    };
-    (count(&r.admissions), count(&r.uncharged))
+    }
+    out
+}
+
+/// Replays every agent's offers round by round, as its host works them out (a round every
+/// `offer_every_ms` from the start), calling `f(agent, at_ms, requests)`: figures computed
+/// beside a run of `cfg` under `seed` see the same offers it did.
+pub fn each_round(seed: u64, cfg: &NetConfig, mut f: impl FnMut(usize, u64, u64)) {
+    for agent in 0..cfg.agents {
+        let mut offers = Offers::new(seed, agent, cfg.agents, cfg.offer_per_round);
+        let mut at_ms = 0;
+        while at_ms < cfg.duration_ms {
+            f(agent, at_ms, offers.next(&cfg.demand, at_ms));
+            at_ms += cfg.offer_every_ms.max(1);
+        }
+    }
 }
 
 /// Sums over the trailing second ending at each step (the step included).

@@ -57,3 +57,29 @@ fn partitions_keep_the_bound_and_count_uncharged_admissions_apart() {
         assert!(admitted > 0);
     }
 }
+
+#[test]
+fn sprayed_keys_stay_within_every_cap_and_the_tenant_keeps_its_budget() {
+    let r = run("net-key-spray", 1);
+    // The attacker's tenants fill the agent's table and then go to the overflow key; the
+    // ledger fills to its cap and no further.
+    assert!(fact(&r, "sprayed requests (fresh tenants)") > 5_000);
+    assert_eq!(
+        fact(&r, "agent key table: most keys held"),
+        fact(&r, "agent key table: cap")
+    );
+    assert!(
+        fact(&r, "sent to the overflow key (table full)")
+            > fact(&r, "sprayed requests (fresh tenants)") / 2
+    );
+    assert_eq!(
+        fact(&r, "allocator ledger: keys at the end"),
+        fact(&r, "allocator ledger: key cap")
+    );
+    // The established tenant still gets nearly all of B + r·T.
+    assert!(
+        fact(&r, "acme: admitted of its B + r·T (%)") >= 90,
+        "{:?}",
+        r.facts
+    );
+}

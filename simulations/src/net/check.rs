@@ -28,6 +28,8 @@ pub struct TrafficLog {
     pub uncharged: Vec<Admission>,
     /// Requests offered, admitted or not.
     pub offered: u64,
+    /// Requests an attacker sprayed over fresh tenants (not in `offered` nor `admissions`).
+    pub spray: super::spray::SprayLog,
 }
 
 /// Checks every window between two admission instants against `burst + r·T`. The result

@@ -14,9 +14,10 @@ use super::cluster::ALLOCATOR_PORT;
 use super::demand::Offers;
 use super::receipts::{LeaseReceipts, ReceiptGrantor};
 use super::rollout::RolloutShared;
+use super::spray::Sprayer;
 use super::transport::{incoming, sim_channels};
 use super::{NetConfig, RESTRICTED_PRIORITY};
-use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, Outcome, RuleSource};
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, EngineLimits, Outcome, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, ManagerConfig, RemoteGrantor};
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::service::ticker::run_ticker;
@@ -87,7 +88,7 @@ pub async fn allocator(
     signer: Arc<LeaseSigner>,
 ) -> HostResult {
     let replica = LocalReplica::new(
-        AllocatorState::new(LedgerConfig::root("global")),
+        AllocatorState::new(ledger_config(&cfg)),
         Arc::new(TokioClock::new()),
     );
     let applied = replica
@@ -117,6 +118,15 @@ pub async fn allocator(
         .serve_with_incoming(incoming(ALLOCATOR_PORT).await?)
         .await?;
     Ok(())
+}
+
+/// The single-node allocator's ledger: a root, with the run's key cap if it sets one.
+fn ledger_config(cfg: &NetConfig) -> LedgerConfig {
+    let mut out = LedgerConfig::root("global");
+    if let Some(keys_max) = cfg.grantor_keys_max {
+        out.limits.keys_max = keys_max;
+    }
+    out
 }
 
 /// What an agent host shares with the run: the traffic log, and its clock offset.
@@ -151,9 +161,18 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
     let clock = shared.clocks.clock(index);
     let policy = Policy::from_yaml(&cfg.policy_yaml())?;
     let wall = clock.clone();
+    let mut limits = EngineLimits::default();
+    if let Some(keys_max) = cfg.agent_keys_max {
+        limits.keys_max = keys_max;
+        limits.shards = limits.shards.min(keys_max);
+    }
+    if let Some(idle_ms) = cfg.agent_key_idle_ms {
+        limits.key_idle_ns = idle_ms.saturating_mul(1_000_000);
+    }
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
+            .limits(limits)
             .wall_clock(move || stepped_wall_clock(&wall))
             .build(RuleSource::from_policies(vec![policy]))?,
     );
@@ -213,6 +232,7 @@ async fn offer_traffic(
     let entries = [("tenant", TENANT)];
     let dims = [Dimension::policy(&cfg.policy_id, &entries)];
     let mut offers = Offers::new(shared.seed, index, cfg.agents, cfg.offer_per_round);
+    let mut sprayer = Sprayer::default();
     let mut sent = 0u64;
     loop {
         every.tick().await;
@@ -222,6 +242,16 @@ async fn offer_traffic(
         }
         let n = offers.next(&cfg.demand, at_ns / 1_000_000);
         let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+        let at_ms = at_ns / 1_000_000;
+        sprayer.round(
+            index,
+            cfg,
+            engine,
+            clock,
+            at_ms,
+            &shared.accounts,
+            &mut log.spray,
+        );
         for _ in 0..n {
             log.offered += 1;
             let mut req = AdmitRequest::new(&dims);

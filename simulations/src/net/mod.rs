@@ -34,6 +34,7 @@ pub mod rollout;
 mod run;
 pub mod settle;
 pub mod sockets;
+pub mod spray;
 pub mod transport;
 
 pub use apply::{AppliedFault, LeaderTerm};
@@ -150,6 +151,26 @@ pub struct NetConfig {
     /// Faults at fixed instants, applied besides those drawn from the seed (a scenario's
     /// script).
     pub script: Vec<Scheduled>,
+    /// An attacker behind one agent presenting a fresh tenant on every request.
+    pub spray: Option<Spray>,
+    /// Each agent engine's key-table cap (`EngineLimits::keys_max`); None keeps the default.
+    pub agent_keys_max: Option<usize>,
+    /// How long a key of an agent's engine may sit unused before it can be dropped
+    /// (`EngineLimits::key_idle_ns`), in milliseconds; None keeps the default.
+    pub agent_key_idle_ms: Option<u64>,
+    /// The single-node allocator ledger's key cap (`LedgerLimits::keys_max`); None keeps
+    /// the default.
+    pub grantor_keys_max: Option<usize>,
+}
+
+/// Key spraying: agent `agent` also offers `keys_per_round` requests a round, each for a
+/// tenant never seen before, from `from_ms` until `until_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spray {
+    pub agent: usize,
+    pub keys_per_round: u64,
+    pub from_ms: u64,
+    pub until_ms: u64,
 }
 
 /// The lowest priority a `restricted` policy still admits in a run, and the priority of
@@ -190,6 +211,10 @@ impl NetConfig {
             failure: FailureMode::CachedLease,
             demand: Demand::Even,
             script: Vec::new(),
+            spray: None,
+            agent_keys_max: None,
+            agent_key_idle_ms: None,
+            grantor_keys_max: None,
         }
     }
 
@@ -289,6 +314,7 @@ impl NetConfig {
             return invalid(field, value, reason);
         }
         self.validate_script()?;
+        self.validate_spray()?;
         if !(1_000..=DURATION_MS_MAX).contains(&self.duration_ms) {
             return invalid(
                 "duration_ms",
@@ -381,6 +407,49 @@ impl NetConfig {
                 "clock_step_ms_max",
                 self.clock_step_ms_max,
                 "must be at most 600000",
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses a spray the run cannot carry out, and caps out of range.
+    fn validate_spray(&self) -> Result<(), NetError> {
+        let invalid = |field, value: u64, reason| {
+            Err(NetError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if let Some(s) = &self.spray {
+            if s.agent >= self.agents {
+                return invalid("spray.agent", s.agent as u64, "no such agent in the run");
+            }
+            if !(1..=OFFER_PER_ROUND_MAX).contains(&s.keys_per_round) {
+                return invalid(
+                    "spray.keys_per_round",
+                    s.keys_per_round,
+                    "must be from 1 to 10000",
+                );
+            }
+            if s.from_ms >= s.until_ms {
+                return invalid("spray.until_ms", s.until_ms, "must be after from_ms");
+            }
+        }
+        if self.agent_key_idle_ms == Some(0) {
+            return invalid("agent_key_idle_ms", 0, "must be positive");
+        }
+        if self.agent_keys_max == Some(0) {
+            return invalid("agent_keys_max", 0, "must be positive");
+        }
+        if self.grantor_keys_max == Some(0) {
+            return invalid("grantor_keys_max", 0, "must be positive");
+        }
+        if self.grantor_keys_max.is_some() && self.cluster > 1 {
+            return invalid(
+                "grantor_keys_max",
+                self.cluster as u64,
+                "is applied to a single-node allocator only",
             );
         }
         Ok(())

@@ -83,6 +83,8 @@ pub struct NetReport {
     pub grantor_calls: u64,
     /// At each leader crash: when (ms), and how many agent calls were on the wire.
     pub leader_crash_in_flight: Vec<(u64, u64)>,
+    /// What sprayed requests did, when the run has an attacker.
+    pub spray: super::spray::SprayLog,
 }
 
 /// The grantor's books at the end of a run: its credit flows summed over its keys, and its
@@ -140,6 +142,7 @@ impl NetReport {
             && self.expiry.violations == 0
             && self.miscounts.is_empty()
             && self.grantor.as_ref().is_none_or(GrantorBooks::within_caps)
+            && self.spray.engine_keys_peak <= self.spray.engine_keys_max
             && self.ledger_conserved
             && self.settlements.iter().all(Settlement::holds)
             && self.rollout.as_ref().is_none_or(RolloutReport::holds)
@@ -369,6 +372,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         grantor,
         grantor_calls: agents.receipts.calls(),
         leader_crash_in_flight: in_flight_at_crash,
+        spray: traffic.spray,
     })
 }
 

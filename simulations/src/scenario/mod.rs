@@ -128,6 +128,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::rollout::scenario,
     },
     Scenario {
+        name: networked::key_spray::NAME,
+        about: "production code on the simulated network: an attacker sprays fresh tenants; key tables and the ledger stay capped",
+        run: networked::key_spray::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

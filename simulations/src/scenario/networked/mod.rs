@@ -7,6 +7,7 @@
 //! 100 ms steps ([`series`]), headline figures and a chart.
 
 pub mod autoscaling;
+pub mod key_spray;
 pub mod lease_size;
 pub mod partition;
 pub mod rollout;

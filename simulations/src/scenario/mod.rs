@@ -108,6 +108,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::partition::scenario,
     },
     Scenario {
+        name: networked::crash::NAME,
+        about: "production agents crash holding unspent credit and just after spending it, with and without state files",
+        run: networked::crash::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -69,3 +69,40 @@ fn crashed_agents_leases_are_settled_at_least_at_what_they_admitted() {
         r.facts
     );
 }
+
+#[test]
+fn a_cluster_elects_a_new_leader_after_each_crash_and_grants_nothing_twice() {
+    let r = run("net-leader-loss", 1);
+    let crashes = fact(&r, "leader crashes");
+    assert!(crashes >= 2, "{:?}", r.facts);
+    assert!(fact(&r, "leader crashes with agent calls on the wire") >= 1);
+    assert!(fact(&r, "leaders elected") > crashes, "{:?}", r.facts);
+    assert_eq!(
+        r.fact_value("ledger conserved on every running node"),
+        Some("true")
+    );
+    let per_crash: Vec<_> = r
+        .facts
+        .iter()
+        .filter(|f| f.name.starts_with("crash at"))
+        .collect();
+    assert_eq!(per_crash.len() as u64, crashes);
+    for f in per_crash {
+        assert!(
+            f.value.contains("next leader node"),
+            "{}: {}",
+            f.name,
+            f.value
+        );
+        assert!(!f.value.contains(" 0 admitted"), "{}: {}", f.name, f.value);
+    }
+    // The series names the leader; every allocator it names is one of the three.
+    let col = r.series.column("leader_node").expect("leader column");
+    assert!(r.series.rows.iter().all(|row| row[col] <= 3));
+    assert!(
+        r.series.rows.iter().any(|row| row[col] == 0),
+        "no leaderless step"
+    );
+    let admitted = fact(&r, "admitted (charged)");
+    assert!(admitted > 0 && admitted <= fact(&r, "B + r·T over the run"));
+}

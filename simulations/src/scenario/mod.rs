@@ -113,6 +113,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::crash::scenario,
     },
     Scenario {
+        name: networked::leader_loss::NAME,
+        about: "a 3-node Raft allocator loses its leader under traffic, with agent calls on the wire",
+        run: networked::leader_loss::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

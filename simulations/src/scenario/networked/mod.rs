@@ -7,6 +7,7 @@
 //! 100 ms steps ([`series`]), headline figures and a chart.
 
 pub mod crash;
+pub mod leader_loss;
 pub mod partition;
 
 use super::{RunOptions, ScenarioReport, Series};

@@ -106,3 +106,32 @@ fn a_cluster_elects_a_new_leader_after_each_crash_and_grants_nothing_twice() {
     let admitted = fact(&r, "admitted (charged)");
     assert!(admitted > 0 && admitted <= fact(&r, "B + r·T over the run"));
 }
+
+#[test]
+fn clock_steps_back_keep_leases_when_only_wall_clocks_step() {
+    let r = run("net-clock-rollback", 1);
+    let wall = |name: &str| fact(&r, &format!("wall clocks step: {name}"));
+    let mono = |name: &str| fact(&r, &format!("monotonic too: {name}"));
+    assert_eq!(wall("admissions past expiry + grace"), 0);
+    for agent in 0..4 {
+        let clamped = format!("agent {agent} engine readings clamped (steps back)");
+        assert_eq!(wall(&clamped), 0);
+        assert!(mono(&clamped) > 0, "agent {agent}: {:?}", r.facts);
+    }
+    // The cut-off holder spends its credit only until its lease runs out when its
+    // monotonic clock does not step; stalled through a step it spends on past the grace.
+    assert!(wall("agent 0 admitted while cut off") > 0);
+    assert!(mono("agent 0 admitted while cut off") > wall("agent 0 admitted while cut off"));
+    let past = "monotonic too (finding): P3 admissions past expiry + grace";
+    assert!(fact(&r, past) > 0, "{:?}", r.facts);
+    assert_eq!(
+        fact(&r, "monotonic too (finding): P1 windows over B + r·T"),
+        0
+    );
+    // A connected agent whose monotonic clock is 10 s back sees each renewal as already
+    // expired: it admits less than an agent whose clock is right.
+    assert!(
+        mono("agent 3 admitted while back 10 s")
+            < mono("agent 2 (never back then) admitted meanwhile")
+    );
+}

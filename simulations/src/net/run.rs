@@ -77,6 +77,9 @@ pub struct NetReport {
     pub grantor_calls: u64,
     /// At each leader crash: when (ms), and how many agent calls were on the wire.
     pub leader_crash_in_flight: Vec<(u64, u64)>,
+    /// Per agent: the clock readings its engines clamped because the host's clock stepped
+    /// back, and by how much in total, over all its runs.
+    pub clock_rollbacks: Vec<leasehold_common::time::RollbackStats>,
 }
 
 /// The grantor's books at the end of a run: its credit flows summed over its keys, and its
@@ -362,6 +365,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         grantor,
         grantor_calls: agents.receipts.calls(),
         leader_crash_in_flight: in_flight_at_crash,
+        clock_rollbacks: agents.accounts.clock_rollbacks(),
     })
 }
 

@@ -118,6 +118,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::leader_loss::scenario,
     },
     Scenario {
+        name: networked::clock_rollback::NAME,
+        about: "production agents' clocks step back, one of them while cut off holding credit",
+        run: networked::clock_rollback::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -6,6 +6,7 @@
 //! [`ScenarioReport`]: the promises checked on every run ([`promises`]), a time series in
 //! 100 ms steps ([`series`]), headline figures and a chart.
 
+pub mod clock_rollback;
 pub mod crash;
 pub mod leader_loss;
 pub mod partition;

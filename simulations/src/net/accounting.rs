@@ -6,6 +6,7 @@
 //! agent's next start, or at the end of the run.
 
 use leasehold_agent::engine::{Engine, Outcome};
+use leasehold_common::time::RollbackStats;
 use std::sync::{Arc, Mutex};
 
 /// What one run of an agent's software offered and how its decisions came out.
@@ -55,6 +56,9 @@ struct Run {
 pub struct Accounts {
     runs: Arc<Mutex<Vec<Option<Run>>>>,
     checked: Arc<Mutex<(u64, Vec<Miscount>)>>,
+    /// Per agent, the clock readings its engines clamped because they stepped back, summed
+    /// over the runs compared so far.
+    clock: Arc<Mutex<Vec<RollbackStats>>>,
 }
 
 impl Accounts {
@@ -62,6 +66,7 @@ impl Accounts {
         Accounts {
             runs: Arc::new(Mutex::new((0..agents).map(|_| None).collect())),
             checked: Arc::default(),
+            clock: Arc::new(Mutex::new(vec![RollbackStats::default(); agents])),
         }
     }
 
@@ -106,7 +111,23 @@ impl Accounts {
             .clone()
     }
 
+    /// Per agent, the clock steps back its engines clamped over the runs compared so far
+    /// (all of them once [`Accounts::finish`] has run).
+    pub fn clock_rollbacks(&self) -> Vec<RollbackStats> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn compare(&self, agent: usize, run: &Run, policy_id: &str) {
+        let stepped = run.engine.stats().clock;
+        if let Some(c) = self
+            .clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(agent)
+        {
+            c.rollbacks += stepped.rollbacks;
+            c.rollback_ns += stepped.rollback_ns;
+        }
         let engine = engine_tally(&run.engine, policy_id);
         let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         checked.0 += 1;
@@ -187,5 +208,7 @@ mod tests {
         assert_eq!((m.agent, m.start), (0, 2));
         assert_eq!((m.engine.offered, m.seen.offered), (2, 1));
         assert_eq!(m.seen.admitted, 1);
+        // Every reading was at the same instant: nothing stepped back.
+        assert_eq!(accounts.clock_rollbacks(), vec![RollbackStats::default()]);
     }
 }

@@ -58,6 +58,7 @@ impl ClockOffsets {
             inner: TokioClock::new(),
             offsets: self.clone(),
             host,
+            monotonic_steps: true,
         }
     }
 }
@@ -69,9 +70,20 @@ pub struct SteppedClock {
     inner: TokioClock,
     offsets: ClockOffsets,
     host: usize,
+    /// Whether [`Clock::now`] steps with the offset; [`SteppedClock::shift`] always does.
+    monotonic_steps: bool,
 }
 
 impl SteppedClock {
+    /// This clock with a monotonic reading that ignores the host's offset, as a real host's
+    /// monotonic clock would; only [`SteppedClock::shift`] (the wall clock) still steps.
+    pub fn steady(self) -> Self {
+        SteppedClock {
+            monotonic_steps: false,
+            ..self
+        }
+    }
+
     /// `ns` shifted by this host's offset, saturating.
     pub fn shift(&self, ns: u64) -> u64 {
         let offset = self.offsets.get_ns(self.host);
@@ -85,7 +97,12 @@ impl SteppedClock {
 
 impl Clock for SteppedClock {
     fn now(&self) -> Nanos {
-        Nanos(self.shift(self.inner.now().0))
+        let raw = self.inner.now();
+        if self.monotonic_steps {
+            Nanos(self.shift(raw.0))
+        } else {
+            raw
+        }
     }
 }
 
@@ -112,6 +129,13 @@ mod tests {
             assert_eq!(a.now(), Nanos::ZERO, "saturates at zero");
             assert!(offsets.set_ms(0, 2_000));
             assert_eq!(a.now(), Nanos::from_secs(7));
+            let steady = a.clone().steady();
+            assert_eq!(
+                steady.now(),
+                Nanos::from_secs(5),
+                "a steady clock ignores it"
+            );
+            assert_eq!(steady.shift(0), 2_000_000_000, "its wall clock does not");
             assert!(!offsets.set_ms(2, 1));
             assert!(offsets.set_ms(1, i64::MIN));
             assert_eq!(offsets.get_ns(1), -(CLOCK_OFFSET_MS_MAX as i64) * 1_000_000);

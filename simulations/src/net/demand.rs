@@ -12,6 +12,8 @@ use rand_chacha::ChaCha8Rng;
 
 /// Most autoscaling steps one run may have.
 pub const SCALE_STEPS_MAX: usize = 64;
+/// Highest load a [`Demand::Load`] step may set, in percent of the configured round.
+pub const LOAD_PCT_MAX: u32 = 100;
 /// Parts per million: a share of the round's offers.
 const PPM: u64 = 1_000_000;
 /// Separates the hot-spot rng stream from the fault schedule's and turmoil's.
@@ -34,6 +36,11 @@ pub enum Demand {
         exponent_milli: u32,
         reshuffle_ms: u64,
     },
+    /// Every agent offers the same share, but the round shrinks to `load_pct` percent of
+    /// its configured size from each `(from_ms, load_pct)` on, until the next; the full
+    /// round before the first step. Demand rises above and falls below the policy's rate,
+    /// so holders alternate between spending credit as it arrives and holding it unspent.
+    Load { steps: Vec<(u64, u32)> },
 }
 
 impl Demand {
@@ -72,6 +79,14 @@ impl Demand {
                     .unwrap_or(agents);
                 zipf_share_ppm(rank, agents, f64::from(*exponent_milli) / 1_000.0)
             }
+            Demand::Load { steps } => {
+                let load_pct = steps
+                    .iter()
+                    .rev()
+                    .find(|(from_ms, _)| *from_ms <= at_ms)
+                    .map_or(100, |(_, pct)| u64::from(*pct));
+                PPM * load_pct / 100 / agents.max(1) as u64
+            }
         }
     }
 
@@ -108,6 +123,22 @@ impl Demand {
                 }
                 if *reshuffle_ms == 0 {
                     return Err(("demand.reshuffle_ms", 0, "must be greater than zero"));
+                }
+                Ok(())
+            }
+            Demand::Load { steps } => {
+                if steps.len() > SCALE_STEPS_MAX {
+                    return Err(("demand.steps", steps.len() as u64, "at most 64 steps"));
+                }
+                if let Some((_, pct)) = steps.iter().find(|(_, p)| *p > LOAD_PCT_MAX) {
+                    return Err((
+                        "demand.steps.load_pct",
+                        u64::from(*pct),
+                        "must be at most 100",
+                    ));
+                }
+                if steps.windows(2).any(|w| w[0].0 >= w[1].0) {
+                    return Err(("demand.steps.from_ms", 0, "steps must be in time order"));
                 }
                 Ok(())
             }
@@ -214,6 +245,19 @@ mod tests {
         assert!((7_990..=8_000).contains(&total), "{total}");
         assert_ne!(ranking(3, 0, 8), ranking(3, 1, 8));
         assert_eq!(ranking(3, 0, 8), ranking(3, 0, 8));
+    }
+
+    #[test]
+    fn load_steps_shrink_every_agents_round_alike() {
+        let d = Demand::Load {
+            steps: vec![(300, 10), (600, 100)],
+        };
+        // 30 full rounds, 30 at a tenth, 40 full: 10 a round for each agent at full load.
+        assert_eq!(offered(&d, 4, 100), vec![730; 4]);
+        let over = Demand::Load {
+            steps: vec![(0, 101)],
+        };
+        assert_eq!(over.validate(4).unwrap_err().0, "demand.steps.load_pct");
     }
 
     #[test]

@@ -158,7 +158,10 @@ pub async fn agent(index: usize, cfg: NetConfig, shared: AgentShared) -> HostRes
         .starts
         .get(index)
         .map_or(0, |n| n.fetch_add(1, Ordering::SeqCst) + 1);
-    let clock = shared.clocks.clock(index);
+    let clock = match cfg.clock_steps_monotonic {
+        true => shared.clocks.clock(index),
+        false => shared.clocks.clock(index).steady(),
+    };
     let policy = Policy::from_yaml(&cfg.policy_yaml())?;
     let wall = clock.clone();
     let mut limits = EngineLimits::default();

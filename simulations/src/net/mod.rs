@@ -124,6 +124,11 @@ pub struct NetConfig {
     pub leader_crash_at_ms: Option<u64>,
     /// Largest clock step drawn at an agent host, in milliseconds; zero draws none.
     pub clock_step_ms_max: u64,
+    /// Whether an agent host's clock step moves the monotonic clock its engine and lease
+    /// manager decide by, besides its wall clock. On a real host only the wall clock steps
+    /// (`std::time::Instant` never goes back); stepping both tests code that would trust a
+    /// clock that did.
+    pub clock_steps_monotonic: bool,
     /// Puts a delegated region (a single-node Raft cluster leasing from the global
     /// allocators) between the global allocators and the agents; cuts between the region and
     /// the global allocators are drawn too.
@@ -203,6 +208,7 @@ impl NetConfig {
             raft_heartbeat_ms: 100,
             leader_crash_at_ms: None,
             clock_step_ms_max: 0,
+            clock_steps_monotonic: true,
             region: false,
             agent_state: false,
             real_pause_every_ms: 0,

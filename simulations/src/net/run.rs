@@ -85,6 +85,9 @@ pub struct NetReport {
     pub leader_crash_in_flight: Vec<(u64, u64)>,
     /// What sprayed requests did, when the run has an attacker.
     pub spray: super::spray::SprayLog,
+    /// Per agent: the clock readings its engines clamped because the host's clock stepped
+    /// back, and by how much in total, over all its runs.
+    pub clock_rollbacks: Vec<leasehold_common::time::RollbackStats>,
 }
 
 /// The grantor's books at the end of a run: its credit flows summed over its keys, and its
@@ -373,6 +376,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         grantor_calls: agents.receipts.calls(),
         leader_crash_in_flight: in_flight_at_crash,
         spray: traffic.spray,
+        clock_rollbacks: agents.accounts.clock_rollbacks(),
     })
 }
 

@@ -59,6 +59,8 @@ impl Books {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Booked {
     credit: u64,
+    /// Its credit when the agent crashed, before any report still on the wire landed.
+    at_crash: u64,
     /// Seen leaving the books: its credit no longer changes.
     closed: bool,
 }
@@ -93,7 +95,15 @@ impl CrashLedger {
                 .into_iter()
                 .map(|(id, credit)| {
                     let closed = false;
-                    (id, Booked { credit, closed })
+                    let at_crash = credit;
+                    (
+                        id,
+                        Booked {
+                            credit,
+                            at_crash,
+                            closed,
+                        },
+                    )
                 })
                 .collect(),
         });
@@ -216,6 +226,7 @@ fn settle_one(
         }
         first_ns = Some(first_ns.map_or(at, |f| f.min(at)));
         s.leases += 1;
+        s.credit_at_crash += booked.at_crash;
         match closings.get(&id) {
             Some(&(ClosedAs::Released, reclaimed)) => {
                 s.released += 1;
@@ -251,6 +262,9 @@ pub struct Settlement {
     pub leases: usize,
     /// Admitted by the agent from receiving the first of them to the crash.
     pub admitted: u64,
+    /// Their credit on the grantor's books at the crash: what the grantor had handed the
+    /// run under them and not yet taken back.
+    pub credit_at_crash: u64,
     /// Released (by the agent's next run, from its state file): how many, and the final
     /// usage the grantor booked for them (credit less what it took back).
     pub released: usize,
@@ -268,6 +282,12 @@ impl Settlement {
     /// What the grantor counts (or may still count) spent under these leases.
     pub fn charged(&self) -> u64 {
         self.released_used + self.expired_used + self.open_credit
+    }
+
+    /// Credit the crashed run held and had not spent: its leases' credit at the crash less
+    /// what it admitted under them (zero when it crashed right after spending all it held).
+    pub fn unspent_at_crash(&self) -> u64 {
+        self.credit_at_crash.saturating_sub(self.admitted)
     }
 
     /// P2: nothing the agent spent goes back to the grantor to be granted again.
@@ -324,6 +344,10 @@ mod tests {
     fn an_expired_lease_counts_its_whole_credit_and_an_open_one_at_most_that() {
         let expired = one_crash(0, ClosedAs::Expired);
         assert_eq!((expired.expired, expired.charged()), (1, 100));
+        assert_eq!(
+            (expired.credit_at_crash, expired.unspent_at_crash()),
+            (100, 40)
+        );
         assert!(expired.holds());
         let receipts = LeaseReceipts::default();
         receipts.note_at(0, 7, 2_000 * MS);
@@ -348,5 +372,7 @@ mod tests {
         let s = crashes.settle(&closings, &receipts, &admissions(0, 2_000..2_060));
         assert_eq!(s[0].released_used, 60);
         assert!(s[0].holds());
+        // Held unspent at the crash: the credit then, not after the late report.
+        assert_eq!(s[0].unspent_at_crash(), 40);
     }
 }

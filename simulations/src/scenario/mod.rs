@@ -133,6 +133,21 @@ pub const ALL: &[Scenario] = &[
         run: networked::key_spray::scenario,
     },
     Scenario {
+        name: networked::crash::NAME,
+        about: "production agents crash holding unspent credit and just after spending it, with and without state files",
+        run: networked::crash::scenario,
+    },
+    Scenario {
+        name: networked::leader_loss::NAME,
+        about: "a 3-node Raft allocator loses its leader under traffic, with agent calls on the wire",
+        run: networked::leader_loss::scenario,
+    },
+    Scenario {
+        name: networked::clock_rollback::NAME,
+        about: "production agents' clocks step back, one of them while cut off holding credit",
+        run: networked::clock_rollback::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -7,7 +7,10 @@
 //! 100 ms steps ([`series`]), headline figures and a chart.
 
 pub mod autoscaling;
+pub mod clock_rollback;
+pub mod crash;
 pub mod key_spray;
+pub mod leader_loss;
 pub mod lease_size;
 pub mod partition;
 pub mod rollout;

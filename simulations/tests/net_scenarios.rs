@@ -73,7 +73,7 @@ fn sprayed_keys_stay_within_every_cap_and_the_tenant_keeps_its_budget() {
             > fact(&r, "sprayed requests (fresh tenants)") / 2
     );
     assert_eq!(
-        fact(&r, "allocator ledger: keys at the end"),
+        fact(&r, "allocator ledger: most keys held"),
         fact(&r, "allocator ledger: key cap")
     );
     // The established tenant still gets nearly all of B + r·T.

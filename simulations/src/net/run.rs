@@ -38,6 +38,8 @@ const TCP_CAPACITY_DEFAULT: usize = 64;
 const CONNECTIONS_PER_AGENT_MAX: usize = 4;
 /// Faults start this long after the start and are all repaired this long before the end.
 pub(super) const QUIET_MS: u64 = 1_000;
+/// How often the grantor's key count is sampled for its peak, in milliseconds.
+const KEYS_SAMPLE_EVERY_MS: u64 = 100;
 
 /// What a networked run did.
 #[derive(Clone, Debug)]
@@ -85,6 +87,8 @@ pub struct NetReport {
     pub leader_crash_in_flight: Vec<(u64, u64)>,
     /// What sprayed requests did, when the run has an attacker.
     pub spray: super::spray::SprayLog,
+    /// The most keys the grantor's ledger held, sampled every 100 ms of the run.
+    pub grantor_keys_peak: usize,
     /// Per agent: the clock readings its engines clamped because the host's clock stepped
     /// back, and by how much in total, over all its runs.
     pub clock_rollbacks: Vec<leasehold_common::time::RollbackStats>,
@@ -144,7 +148,10 @@ impl NetReport {
         self.bound.violations == 0
             && self.expiry.violations == 0
             && self.miscounts.is_empty()
-            && self.grantor.as_ref().is_none_or(GrantorBooks::within_caps)
+            && self
+                .grantor
+                .as_ref()
+                .is_none_or(|g| g.within_caps() && self.grantor_keys_peak <= g.keys_max)
             && self.spray.engine_keys_peak <= self.spray.engine_keys_max
             && self.ledger_conserved
             && self.settlements.iter().all(Settlement::holds)
@@ -286,6 +293,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let books = grantor_books(cfg, &allocators);
     let mut crashes = CrashLedger::default();
     let mut in_flight_at_crash = Vec::new();
+    let mut grantor_keys_peak = 0;
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
@@ -307,6 +315,10 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
         follow_crashed_leases(&books, &mut crashes, &world, cfg.region);
+        if now_ms.is_multiple_of(KEYS_SAMPLE_EVERY_MS) {
+            let keys = read_books(&books, &world, cfg.region, |l| l.accounts().count());
+            grantor_keys_peak = grantor_keys_peak.max(keys.unwrap_or(0));
+        }
         pause_in_real_time(cfg, now_ms);
     }
     let noted = crashes.noted();
@@ -376,6 +388,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         grantor_calls: agents.receipts.calls(),
         leader_crash_in_flight: in_flight_at_crash,
         spray: traffic.spray,
+        grantor_keys_peak,
         clock_rollbacks: agents.accounts.clock_rollbacks(),
     })
 }

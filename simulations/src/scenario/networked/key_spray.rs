@@ -91,6 +91,7 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     out.fact("agent key table: cap", sp.engine_keys_max);
     out.fact("sent to the overflow key (table full)", sp.table_full);
     if let Some(g) = &r.grantor {
+        out.fact("allocator ledger: most keys held", r.grantor_keys_peak);
         out.fact("allocator ledger: keys at the end", g.keys);
         out.fact("allocator ledger: key cap", g.keys_max);
     }

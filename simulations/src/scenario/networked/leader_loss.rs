@@ -12,7 +12,7 @@ use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
 pub const NAME: &str = "net-leader-loss";
 
 /// How long a crashed leader stays down before every crashed allocator restarts.
-const DOWN_MS: u64 = 1_500;
+const DOWN_MS: u64 = 3_000;
 /// One-way link latency at most: long enough that agent calls spend time on the wire.
 const LATENCY_MS: u64 = 25;
 
@@ -21,7 +21,7 @@ const LATENCY_MS: u64 = 25;
 /// cycle.
 fn crash_instants(opts: &RunOptions) -> Vec<u64> {
     let s = opts.scale;
-    let (first_ms, every_ms, crashes) = (s.pick(4_000, 3_000), s.pick(4_500, 3_500), s.pick(5, 2));
+    let (first_ms, every_ms, crashes) = (s.pick(4_000, 2_500), s.pick(5_000, 3_500), s.pick(5, 2));
     (0..crashes)
         .map(|i| first_ms + i * every_ms + 37 * i)
         .collect()

@@ -69,11 +69,18 @@ pub fn promises(r: &NetReport, label: &str) -> PromiseLog {
             )
         });
     }
-    if let Some(g) = r.grantor.as_ref().filter(|g| !g.within_caps()) {
+    if let Some(g) = r
+        .grantor
+        .as_ref()
+        .filter(|g| !g.within_caps() || r.grantor_keys_peak > g.keys_max)
+    {
         log.record(Promise::BoundedState, end_ns, || {
             format!(
-                "{label}: grantor holds {} keys (max {}), {} leases (max {})",
-                g.keys, g.keys_max, g.leases, g.leases_max
+                "{label}: grantor held {} keys at most (max {}), {} leases at the end (max {})",
+                r.grantor_keys_peak.max(g.keys),
+                g.keys_max,
+                g.leases,
+                g.leases_max
             )
         });
     }

@@ -25,9 +25,8 @@ const CUT_STEP_MS: i64 = 2_500;
 const LOAD_PCT: u32 = 60;
 const CUT_LOAD_PCT: u32 = 20;
 
-/// Leases live longer here than the lease manager's own refresh horizon (2 s, the
-/// agent's default), so holders renew every report rather than on every tick, and a
-/// holder keeps a few seconds of demand in hand.
+/// Leases of 5 s, so that a holder keeps a few seconds of demand in hand and the cut-off
+/// holder still has credit when its clock steps back.
 const LEASE_TTL_MS: u64 = 5_000;
 
 /// When things happen, in milliseconds, at the run's scale.

@@ -20,8 +20,7 @@ const LOAD_LOW_PCT: u32 = 15;
 /// How long a crashed agent stays down: less than a lease lives, so that a restart from a
 /// state file finds its previous run's leases still on the books.
 const DOWN_MS: u64 = 600;
-/// Leases outlive the lease manager's own refresh horizon (2 s, the agent's default), so
-/// holders renew every report rather than on every tick.
+/// Leases of 3 s, so that a holder at low load keeps some credit in hand between renewals.
 const LEASE_TTL_MS: u64 = 3_000;
 /// Time left after the last crash for its leases to be written off (ttl plus the grace).
 const SETTLE_MS: u64 = LEASE_TTL_MS + 2_000;

@@ -2,26 +2,11 @@
 //! the production code: every promise of each scenario holds, and each shows what it is
 //! for, so a test fails if the behaviour it shows is broken.
 
-use leasehold_simulations::scenario::{self, RunOptions, Scale, ScenarioReport};
+mod support;
 
-fn run(name: &str, seed: u64) -> ScenarioReport {
-    let opts = RunOptions {
-        seed,
-        scale: Scale::Quick,
-    };
-    let report = (scenario::find(name).expect("known").run)(&opts).expect("runs");
-    assert!(
-        report.passed(),
-        "{name} seed {seed}: {:?}",
-        report.promises.kept()
-    );
-    report
-}
+use support::{fact, run};
 
-fn fact(r: &ScenarioReport, name: &str) -> u64 {
-    r.fact_u64(name)
-        .unwrap_or_else(|| panic!("{}: no numeric fact '{name}' in {:?}", r.scenario, r.facts))
-}
+use leasehold_simulations::scenario::ScenarioReport;
 
 /// Every per-crash fact of run `label`, as its text.
 fn crash_lines<'a>(r: &'a ScenarioReport, label: &str) -> Vec<&'a str> {

@@ -2,26 +2,9 @@
 //! production code), at test size: every promise holds and each scenario shows what it is
 //! for.
 
-use leasehold_simulations::scenario::{self, RunOptions, Scale, ScenarioReport};
+mod support;
 
-fn run(name: &str, seed: u64) -> ScenarioReport {
-    let opts = RunOptions {
-        seed,
-        scale: Scale::Quick,
-    };
-    let report = (scenario::find(name).expect("known").run)(&opts).expect("runs");
-    assert!(
-        report.passed(),
-        "{name} seed {seed}: {:?}",
-        report.promises.kept()
-    );
-    report
-}
-
-fn fact(r: &ScenarioReport, name: &str) -> u64 {
-    r.fact_u64(name)
-        .unwrap_or_else(|| panic!("{}: no numeric fact '{name}' in {:?}", r.scenario, r.facts))
-}
+use support::{fact, run};
 
 #[test]
 fn autoscaling_multiplies_local_buckets_but_not_leased_credit() {

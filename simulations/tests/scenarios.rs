@@ -1,31 +1,16 @@
 //! Every scenario at test size over a few seeds: the promises hold, each scenario shows
 //! what it is for, runs replay exactly, and the checks catch deliberately broken agents.
 
+mod support;
+
+use support::{fact, run};
+
 use leasehold_simulations::hierarchy::{Defect, Fault, Hierarchy, HierarchyConfig};
 use leasehold_simulations::output::csv::to_csv;
 use leasehold_simulations::promises::Promise;
-use leasehold_simulations::scenario::{self, fuzz, RunOptions, Scale, ScenarioReport};
+use leasehold_simulations::scenario::{self, fuzz, Scale};
 
 const SEEDS: [u64; 2] = [1, 7];
-
-fn run(name: &str, seed: u64) -> ScenarioReport {
-    let opts = RunOptions {
-        seed,
-        scale: Scale::Quick,
-    };
-    let report = (scenario::find(name).expect("known").run)(&opts).expect("runs");
-    assert!(
-        report.passed(),
-        "{name} seed {seed}: {:?}",
-        report.promises.first_any()
-    );
-    report
-}
-
-fn fact(r: &ScenarioReport, name: &str) -> u64 {
-    r.fact_u64(name)
-        .unwrap_or_else(|| panic!("{}: no numeric fact '{name}'", r.scenario))
-}
 
 #[test]
 fn autoscaling_multiplies_local_buckets_but_not_leases() {

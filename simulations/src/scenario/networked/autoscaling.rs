@@ -8,7 +8,7 @@ use super::{
 };
 use crate::error::SimError;
 use crate::net::{check_admissions, Admission, Demand, NetConfig, NetReport};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 use leasehold_common::algo::TokenBucket;
 use leasehold_common::time::Nanos;
 
@@ -100,15 +100,11 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
             active * cfg.rate_per_s,
         ]);
     }
-    let chart = Chart::new(
-        "Admitted per second as instances scale (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    )
-    .line("local_1s", "process-local buckets", LineStyle::Solid)
-    .line("leased_1s", "leased credit", LineStyle::Solid)
-    .line("bound_1s", "B + R·1s", LineStyle::Dashed)
-    .line("instances_x_r", "instances × R", LineStyle::Dashed);
+    let chart = super::per_second_chart("Admitted per second as instances scale (production code)")
+        .line("local_1s", "process-local buckets", LineStyle::Solid)
+        .line("leased_1s", "leased credit", LineStyle::Solid)
+        .line("bound_1s", "B + R·1s", LineStyle::Dashed)
+        .line("instances_x_r", "instances × R", LineStyle::Dashed);
     let mut out = report(
         (NAME, opts),
         "Autoscaling multiplies a process-local limit (production code)",

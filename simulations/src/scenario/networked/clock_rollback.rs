@@ -10,7 +10,7 @@ use super::{per_step, promises, report, run, run_facts, trailing_second, STEP_MS
 use crate::error::SimError;
 use crate::net::{Action, Demand, NetConfig, NetReport, Scheduled};
 use crate::promises::{Promise, PromiseLog};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 
 pub const NAME: &str = "net-clock-rollback";
 
@@ -114,18 +114,14 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let log = promises(&rw, "wall clocks step");
     let stepped = promises(&rb, "monotonic clocks step too");
     let series = series(&[(&wall, &rw), (&both, &rb)]);
-    let chart = Chart::new(
-        "Agent clocks stepping back (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    )
-    .line("wall_1s", "wall clocks step", LineStyle::Solid)
-    .line(
-        "monotonic_1s",
-        "monotonic clocks step too",
-        LineStyle::Solid,
-    )
-    .line("bound_1s", "B + r·1s", LineStyle::Dashed);
+    let chart = super::per_second_chart("Agent clocks stepping back (production code)")
+        .line("wall_1s", "wall clocks step", LineStyle::Solid)
+        .line(
+            "monotonic_1s",
+            "monotonic clocks step too",
+            LineStyle::Solid,
+        )
+        .line("bound_1s", "B + r·1s", LineStyle::Dashed);
     let p = plan(opts);
     let about = format!(
         "The production allocator (one node) and four production agents, r = {} units/s, \

@@ -7,9 +7,9 @@
 
 use super::{promises, report, run, run_facts, standard_series};
 use crate::error::SimError;
-use crate::net::{Action, Demand, NetConfig, NetReport, Scheduled, Settlement};
+use crate::net::{Action, Demand, NetConfig, NetReport, Settlement};
 use crate::promises::PromiseLog;
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 
 pub const NAME: &str = "net-crash";
 
@@ -46,14 +46,12 @@ fn config(opts: &RunOptions, agent_state: bool) -> NetConfig {
         if at_ms + SETTLE_MS > duration_ms {
             continue;
         }
-        script.push(Scheduled {
+        script.extend(super::outage(
             at_ms,
-            action: Action::Crash { agent },
-        });
-        script.push(Scheduled {
-            at_ms: at_ms + DOWN_MS,
-            action: Action::Restart { agent },
-        });
+            at_ms + DOWN_MS,
+            Action::Crash { agent },
+            Action::Restart { agent },
+        ));
     }
     NetConfig {
         agents: 4,
@@ -122,14 +120,11 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         runs.push((label, cfg, r));
     }
     let series = both_series(&runs);
-    let chart = Chart::new(
-        "Agent crashes with and without state files (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    )
-    .line("state_files_1s", "with state files", LineStyle::Solid)
-    .line("no_state_files_1s", "without state files", LineStyle::Solid)
-    .line("bound_1s", "B + r·1s", LineStyle::Dashed);
+    let chart =
+        super::per_second_chart("Agent crashes with and without state files (production code)")
+            .line("state_files_1s", "with state files", LineStyle::Solid)
+            .line("no_state_files_1s", "without state files", LineStyle::Solid)
+            .line("bound_1s", "B + r·1s", LineStyle::Dashed);
     let cfg0 = &runs[0].1;
     let about = format!(
         "The production allocator (one node) and four production agents, r = {} units/s, \

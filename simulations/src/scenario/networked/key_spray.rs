@@ -8,7 +8,7 @@ use super::{promises, report, run, run_facts, standard_series};
 use crate::error::SimError;
 use crate::net::{NetConfig, Spray};
 use crate::promises::{Promise, PromiseLog};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport};
 
 pub const NAME: &str = "net-key-spray";
 
@@ -52,13 +52,9 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         });
     }
     let spray = cfg.spray.expect("configured");
-    let chart = Chart::new(
-        "Key spraying: the tenant's admissions (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    )
-    .line("admitted_1s", "tenant acme (charged)", LineStyle::Solid)
-    .line("bound_1s", "B + r·1s", LineStyle::Dashed);
+    let chart = super::per_second_chart("Key spraying: the tenant's admissions (production code)")
+        .line("admitted_1s", "tenant acme (charged)", LineStyle::Solid)
+        .line("bound_1s", "B + r·1s", LineStyle::Dashed);
     let about = format!(
         "The production allocator (one node, its ledger capped at {GRANTOR_KEYS_MAX} keys) and \
          four production agents (each engine's key table capped at {AGENT_KEYS_MAX} keys), \

@@ -7,7 +7,7 @@
 use super::{promises, report, run, run_facts, standard_series, STEP_MS};
 use crate::error::SimError;
 use crate::net::{Action, LeaderTerm, NetConfig, NetReport, Scheduled};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 
 pub const NAME: &str = "net-leader-loss";
 
@@ -102,10 +102,8 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
     let r = run(opts, &cfg)?;
     let log = promises(&r, "cluster");
     let series = with_leader(&r, &cfg);
-    let chart = Chart::new(
+    let chart = super::per_second_chart(
         "Leader crashes of a 3-node Raft allocator under traffic (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
     )
     .line("admitted_1s", "admitted (charged)", LineStyle::Solid)
     .line("bound_1s", "B + r·1s", LineStyle::Dashed);

@@ -6,7 +6,7 @@
 
 use super::{promises, report, run};
 use crate::error::SimError;
-use crate::net::{Action, NetConfig, NetReport, Scheduled};
+use crate::net::{Action, NetConfig, NetReport};
 use crate::promises::PromiseLog;
 use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
 
@@ -44,14 +44,12 @@ fn config(opts: &RunOptions, horizon_ms: u64) -> NetConfig {
     // The last host is back up at least two seconds before the end.
     while at_ms + DOWN_MS + 2_000 <= duration_ms {
         let agent = (i * 3) % agents;
-        script.push(Scheduled {
+        script.extend(super::outage(
             at_ms,
-            action: Action::Crash { agent },
-        });
-        script.push(Scheduled {
-            at_ms: at_ms + DOWN_MS,
-            action: Action::Restart { agent },
-        });
+            at_ms + DOWN_MS,
+            Action::Crash { agent },
+            Action::Restart { agent },
+        ));
         at_ms += every_ms;
         i += 1;
     }

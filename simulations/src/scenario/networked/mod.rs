@@ -19,7 +19,7 @@ pub mod zipf;
 use super::{RunOptions, ScenarioReport, Series};
 use crate::error::SimError;
 use crate::net::demand::Offers;
-use crate::net::{self, NetConfig, NetReport};
+use crate::net::{self, Action, NetConfig, NetReport, Scheduled};
 use crate::promises::{Promise, PromiseLog};
 
 /// One row of a networked scenario's series covers this much simulated time.
@@ -143,6 +143,29 @@ pub fn trailing_second(per_step: &[u64]) -> Vec<u64> {
         out.push(sum);
     }
     out
+}
+
+/// A chart over simulated time of units admitted over the trailing second.
+pub fn per_second_chart(title: &str) -> super::Chart {
+    super::Chart::new(
+        title,
+        "simulated time (ms)",
+        "units admitted in the last second",
+    )
+}
+
+/// A fault at `at_ms` and its repair at `until_ms`, for a scenario's script.
+pub fn outage(at_ms: u64, until_ms: u64, fault: Action, repair: Action) -> [Scheduled; 2] {
+    [
+        Scheduled {
+            at_ms,
+            action: fault,
+        },
+        Scheduled {
+            at_ms: until_ms,
+            action: repair,
+        },
+    ]
 }
 
 /// `B + r·1s` of `cfg`'s policy: the most any one-second window may admit.

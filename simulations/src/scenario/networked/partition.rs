@@ -5,8 +5,8 @@
 
 use super::{per_step, promises, report, run, run_facts, trailing_second, STEP_MS};
 use crate::error::SimError;
-use crate::net::{Action, NetConfig, NetReport, Scheduled};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::net::{Action, NetConfig, NetReport};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 use leasehold_common::policy::FailureMode;
 
 pub const NAME: &str = "net-partition";
@@ -26,14 +26,12 @@ fn config(opts: &RunOptions, failure: FailureMode) -> (NetConfig, u64, u64) {
     let (from_ms, until_ms) = (s.pick(5_000, 3_000), s.pick(12_000, 7_000));
     let mut script = Vec::new();
     for agent in CUT_AGENTS {
-        script.push(Scheduled {
-            at_ms: from_ms,
-            action: Action::Partition { agent },
-        });
-        script.push(Scheduled {
-            at_ms: until_ms,
-            action: Action::Repair { agent },
-        });
+        script.extend(super::outage(
+            from_ms,
+            until_ms,
+            Action::Partition { agent },
+            Action::Repair { agent },
+        ));
     }
     // Demand at 80 % of the rate, so that agents hold credit they have not spent yet when
     // they are cut off.
@@ -90,11 +88,8 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
         row.extend([per[2].1[i], per[3].1[i], bound]);
         series.push(row);
     }
-    let mut chart = Chart::new(
-        "Partitions under each failure behaviour (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    );
+    let mut chart =
+        super::per_second_chart("Partitions under each failure behaviour (production code)");
     for (_, n) in MODES {
         chart = chart.line(
             &format!("{n}_1s"),

@@ -7,7 +7,7 @@ use super::{count_per_step, promises, report, run, run_facts, trailing_second, S
 use crate::error::SimError;
 use crate::net::rollout::{Phases, RolloutLog, RolloutReport};
 use crate::net::{NetConfig, RolloutSpec};
-use crate::scenario::{Chart, LineStyle, RunOptions, ScenarioReport, Series};
+use crate::scenario::{LineStyle, RunOptions, ScenarioReport, Series};
 
 pub const NAME: &str = "net-rollout";
 
@@ -86,28 +86,24 @@ pub fn scenario(opts: &RunOptions) -> Result<ScenarioReport, SimError> {
             agents_on(&ro.log, ro.log.version, at_ns),
         ]);
     }
-    let chart = Chart::new(
-        "A policy rollout under traffic (production code)",
-        "simulated time (ms)",
-        "units admitted in the last second",
-    )
-    .line("admitted_1s", "admitted", LineStyle::Solid)
-    .line(
-        "old_bound_1s",
-        "B₁ + r₁·1s (old version)",
-        LineStyle::Dashed,
-    )
-    .line(
-        "new_bound_1s",
-        "B₂ + r₂·1s (new version)",
-        LineStyle::Dashed,
-    )
-    .line("bound_in_force_1s", "bound in force", LineStyle::Dashed)
-    .line(
-        "agents_on_new",
-        "agents on the new version",
-        LineStyle::Solid,
-    );
+    let chart = super::per_second_chart("A policy rollout under traffic (production code)")
+        .line("admitted_1s", "admitted", LineStyle::Solid)
+        .line(
+            "old_bound_1s",
+            "B₁ + r₁·1s (old version)",
+            LineStyle::Dashed,
+        )
+        .line(
+            "new_bound_1s",
+            "B₂ + r₂·1s (new version)",
+            LineStyle::Dashed,
+        )
+        .line("bound_in_force_1s", "bound in force", LineStyle::Dashed)
+        .line(
+            "agents_on_new",
+            "agents on the new version",
+            LineStyle::Solid,
+        );
     let mut out = report(
         (NAME, opts),
         "A policy rollout under traffic (production code)",

@@ -12,13 +12,6 @@ use leasehold_common::rate::Rate;
 impl NetConfig {
     /// Rejects values the run cannot honour.
     pub fn validate(&self) -> Result<(), NetError> {
-        let invalid = |field, value: u64, reason| {
-            Err(NetError::InvalidConfig {
-                field,
-                value,
-                reason,
-            })
-        };
         if !(1..=AGENTS_MAX).contains(&self.agents) {
             return invalid("agents", self.agents as u64, "must be from 1 to 160");
         }
@@ -83,13 +76,6 @@ impl NetConfig {
     }
 
     fn validate_cluster(&self) -> Result<(), NetError> {
-        let invalid = |field, value: u64, reason| {
-            Err(NetError::InvalidConfig {
-                field,
-                value,
-                reason,
-            })
-        };
         if !(1..=cluster::CLUSTER_MAX).contains(&self.cluster) {
             return invalid("cluster", self.cluster as u64, "must be from 1 to 5");
         }
@@ -145,13 +131,6 @@ impl NetConfig {
 
     /// Refuses a spray the run cannot carry out, and caps out of range.
     fn validate_spray(&self) -> Result<(), NetError> {
-        let invalid = |field, value: u64, reason| {
-            Err(NetError::InvalidConfig {
-                field,
-                value,
-                reason,
-            })
-        };
         if let Some(s) = &self.spray {
             if s.agent >= self.agents {
                 return invalid("spray.agent", s.agent as u64, "no such agent in the run");
@@ -188,13 +167,6 @@ impl NetConfig {
 
     /// Refuses a scripted fault outside the run or naming a host the run does not have.
     fn validate_script(&self) -> Result<(), NetError> {
-        let invalid = |field, value: u64, reason| {
-            Err(NetError::InvalidConfig {
-                field,
-                value,
-                reason,
-            })
-        };
         if self.script.len() > 2 * faults::FAULTS_MAX {
             return invalid("script", self.script.len() as u64, "at most 128 actions");
         }
@@ -241,4 +213,13 @@ impl NetConfig {
         }
         Ok(())
     }
+}
+
+/// Refuses the run: `field` = `value` is out of range for `reason`.
+fn invalid(field: &'static str, value: u64, reason: &'static str) -> Result<(), NetError> {
+    Err(NetError::InvalidConfig {
+        field,
+        value,
+        reason,
+    })
 }

@@ -9,6 +9,8 @@ use super::faults::{Action, Scheduled};
 use super::rollout::RolloutReport;
 use super::settle::Settlement;
 use crate::bound::BoundCheck;
+use leasehold_allocator::metrics::{ledger_figures, LedgerFigures};
+use leasehold_common::ledger::Ledger;
 
 /// What a networked run did.
 #[derive(Clone, Debug)]
@@ -63,40 +65,24 @@ pub struct NetReport {
     pub clock_rollbacks: Vec<leasehold_common::time::RollbackStats>,
 }
 
-/// The grantor's books at the end of a run: its credit flows summed over its keys, and its
-/// state against its caps (P4).
+/// The grantor's books at the end of a run: the run's policy's figures as the allocator's
+/// `/metrics` sums them, and its state against its caps (P4).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrantorBooks {
-    pub totals: leasehold_common::ledger::KeyStats,
-    /// Credit on lease at the end.
-    pub outstanding: u64,
+    pub figures: LedgerFigures,
     pub keys: usize,
     pub keys_max: usize,
+    /// Leases on the books, closing ones included: what `leases_max` caps.
     pub leases: usize,
     pub leases_max: usize,
 }
 
 impl GrantorBooks {
-    /// Reads `ledger`.
-    pub fn read(ledger: &leasehold_common::ledger::Ledger) -> Self {
-        let mut totals = leasehold_common::ledger::KeyStats::default();
-        for (_, account) in ledger.accounts() {
-            let s = &account.stats;
-            totals.initial += s.initial;
-            totals.produced += s.produced;
-            totals.received += s.received;
-            totals.granted += s.granted;
-            totals.used += s.used;
-            totals.reclaimed += s.reclaimed;
-            totals.stranded += s.stranded;
-            totals.dropped += s.dropped;
-            totals.returned_upstream += s.returned_upstream;
-            totals.lost_upstream += s.lost_upstream;
-        }
+    /// Reads `ledger`'s books of policy `policy_id`.
+    pub fn read(ledger: &Ledger, policy_id: &str) -> Self {
         let limits = &ledger.config().limits;
         GrantorBooks {
-            totals,
-            outstanding: ledger.leases().map(|l| l.unspent()).sum(),
+            figures: ledger_figures(ledger).remove(policy_id).unwrap_or_default(),
             keys: ledger.accounts().count(),
             keys_max: limits.keys_max,
             leases: ledger.leases().count(),

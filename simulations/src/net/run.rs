@@ -154,7 +154,10 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         .unwrap_or_default(),
         None => Default::default(),
     };
-    let grantor = read_books(&books, &world, cfg.region, GrantorBooks::read);
+    let policy_id = cfg.policy_id.clone();
+    let grantor = read_books(&books, &world, cfg.region, move |l| {
+        GrantorBooks::read(l, &policy_id)
+    });
     let (accounts_checked, miscounts) = agents.accounts.finish(&cfg.policy_id);
     let ledger_conserved =
         all_conserved(cfg, &allocators, &world).map_err(|e| failed(cfg.duration_ms, e))?;

@@ -80,7 +80,7 @@ fn point(cfg: &NetConfig, r: &NetReport) -> Point {
     let totals = r
         .grantor
         .as_ref()
-        .map(|g| g.totals.clone())
+        .map(|g| g.figures.clone())
         .unwrap_or_default();
     Point {
         horizon_ms: cfg.refresh_horizon_ms,

@@ -222,7 +222,7 @@ pub fn run_facts(report: &mut ScenarioReport, label: &str, r: &NetReport, cfg: &
     report.fact(&p("B + r·T over the run"), bound);
     report.fact(&p("windows checked"), r.bound.windows);
     if let Some(g) = &r.grantor {
-        report.fact(&p("stranded (written off at expiry)"), g.totals.stranded);
+        report.fact(&p("stranded (written off at expiry)"), g.figures.stranded);
     }
     report.fact(&p("grantor calls"), r.grantor_calls);
 }

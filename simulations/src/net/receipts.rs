@@ -10,11 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// (agent, lease id) → simulated time the agent first received the lease, in nanoseconds;
-/// and per agent the last time any answer of its grantor reached it.
+/// Every version of a lease each agent received and when, and per agent the last time any
+/// answer of its grantor reached it.
 #[derive(Clone, Debug, Default)]
 pub struct LeaseReceipts {
-    first: Arc<Mutex<BTreeMap<(u32, u64), u64>>>,
     last_heard: Arc<Mutex<BTreeMap<u32, u64>>>,
     /// Per agent and lease version (lease id, when the grantor issued it): when the agent
     /// first received that version, and how long it is valid.
@@ -28,13 +27,11 @@ pub struct LeaseReceipts {
 impl LeaseReceipts {
     /// Notes that `agent` holds `lease` now.
     fn note(&self, agent: u32, lease: &pb::Lease) {
-        let at_ns = sim_now_ns();
-        self.note_at(agent, lease.lease_id, at_ns);
         self.note_version_at(
             agent,
             lease.lease_id,
             lease.issued_at_ns,
-            at_ns,
+            sim_now_ns(),
             lease.ttl_ms,
         );
     }
@@ -57,11 +54,6 @@ impl LeaseReceipts {
                 received_ns: at_ns,
                 ttl_ns: ttl_ms.saturating_mul(1_000_000),
             });
-    }
-
-    /// Notes that `agent` received `lease_id` at `at_ns`, unless it received it before.
-    pub fn note_at(&self, agent: u32, lease_id: u64, at_ns: u64) {
-        self.lock().entry((agent, lease_id)).or_insert(at_ns);
     }
 
     /// Every version of a lease `agent` received, in no particular order.
@@ -108,11 +100,11 @@ impl LeaseReceipts {
 
     /// When `agent` first received `lease_id`, if it ever did.
     pub fn received_at_ns(&self, agent: u32, lease_id: u64) -> Option<u64> {
-        self.lock().get(&(agent, lease_id)).copied()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, u64), u64>> {
-        self.first.lock().unwrap_or_else(|e| e.into_inner())
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions
+            .range((agent, lease_id, 0)..=(agent, lease_id, u64::MAX))
+            .map(|(_, v)| v.received_ns)
+            .min()
     }
 }
 

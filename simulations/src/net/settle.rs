@@ -316,7 +316,7 @@ mod tests {
     /// crashes at 3 s; it restarts at 4 s and admits 5 more under a new lease.
     fn one_crash(reclaimed: u64, closed_as: ClosedAs) -> Settlement {
         let receipts = LeaseReceipts::default();
-        receipts.note_at(0, 7, 2_000 * MS);
+        receipts.note_version_at(0, 7, 0, 2_000 * MS, 2_000);
         let mut crashes = CrashLedger::default();
         crashes.restarted(0, 1_000 * MS);
         crashes.crashed(0, 3_000 * MS, BTreeMap::from([(7, 100)]));
@@ -350,7 +350,7 @@ mod tests {
         );
         assert!(expired.holds());
         let receipts = LeaseReceipts::default();
-        receipts.note_at(0, 7, 2_000 * MS);
+        receipts.note_version_at(0, 7, 0, 2_000 * MS, 2_000);
         let mut crashes = CrashLedger::default();
         crashes.crashed(0, 3_000 * MS, BTreeMap::from([(7, 100)]));
         let open = crashes.settle(&BTreeMap::new(), &receipts, &admissions(0, 2_000..2_060));
@@ -360,7 +360,7 @@ mod tests {
     #[test]
     fn credit_followed_after_the_crash_is_what_a_release_is_measured_against() {
         let receipts = LeaseReceipts::default();
-        receipts.note_at(0, 7, 2_000 * MS);
+        receipts.note_version_at(0, 7, 0, 2_000 * MS, 2_000);
         let mut crashes = CrashLedger::default();
         crashes.crashed(0, 3_000 * MS, BTreeMap::from([(7, 100)]));
         // A report sent before the crash lands after it and hands 30 units back.

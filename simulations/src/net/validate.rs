@@ -223,3 +223,80 @@ fn invalid(field: &'static str, value: u64, reason: &'static str) -> Result<(), 
         reason,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Scheduled, Spray};
+    use super::*;
+
+    /// The field a refused configuration names.
+    fn refused_field(cfg: NetConfig) -> &'static str {
+        match cfg.validate() {
+            Err(NetError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_quick_configurations_are_accepted() {
+        NetConfig::quick().validate().unwrap();
+        NetConfig::quick_cluster().validate().unwrap();
+    }
+
+    #[test]
+    fn scripted_faults_sprays_and_horizons_out_of_range_are_refused_by_name() {
+        let q = NetConfig::quick();
+        let script = |action| NetConfig {
+            script: vec![Scheduled {
+                at_ms: 2_000,
+                action,
+            }],
+            ..NetConfig::quick()
+        };
+        assert_eq!(
+            refused_field(script(Action::Crash { agent: 3 })),
+            "script.agent"
+        );
+        assert_eq!(
+            refused_field(script(Action::IsolateAllocator { node: 0 })),
+            "script.at_ms"
+        );
+        assert_eq!(
+            refused_field(NetConfig {
+                script: vec![Scheduled {
+                    at_ms: q.duration_ms,
+                    action: Action::Repair { agent: 0 },
+                }],
+                ..q.clone()
+            }),
+            "script.at_ms"
+        );
+        let spray = Spray {
+            agent: 0,
+            keys_per_round: 5,
+            from_ms: 3_000,
+            until_ms: 2_000,
+        };
+        assert_eq!(
+            refused_field(NetConfig {
+                spray: Some(spray),
+                ..q.clone()
+            }),
+            "spray.until_ms"
+        );
+        assert_eq!(
+            refused_field(NetConfig {
+                refresh_horizon_ms: q.lease_ttl_ms,
+                ..q.clone()
+            }),
+            "refresh_horizon_ms"
+        );
+        assert_eq!(
+            refused_field(NetConfig {
+                grantor_keys_max: Some(10),
+                ..NetConfig::quick_cluster()
+            }),
+            "grantor_keys_max"
+        );
+    }
+}

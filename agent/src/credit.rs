@@ -120,7 +120,7 @@ impl CreditSlot {
 
     /// Spends `units` if the lease is live at `now_ns` and holds enough. One CAS loop, no
     /// allocation, no I/O: the deny path is as cheap as the admit path.
-    #[inline]
+    #[inline(always)]
     pub fn try_spend(&self, units: u64, now_ns: u64) -> Option<SpendTicket> {
         if now_ns >= self.deadline_ns.load(Ordering::Acquire) {
             return None;

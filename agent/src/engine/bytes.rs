@@ -5,7 +5,12 @@
 /// Whether `a` and `b` hold the same bytes.
 #[inline]
 pub(crate) fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+/// [`same`] for byte strings.
+#[inline(always)]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
@@ -35,10 +40,11 @@ pub(crate) fn sample(s: &str) -> u64 {
     let n = b.len();
     let (first, last) = match n {
         0 => (0, 0),
-        1..=7 => {
+        1..=3 => {
             let fold = |bytes: &[u8]| bytes.iter().fold(0u64, |h, &x| (h << 8) | u64::from(x));
             (fold(b), 0)
         }
+        4..=7 => (u64::from(word4(b, 0)), u64::from(word4(b, n - 4))),
         _ => (word8(b, 0), word8(b, n - 8)),
     };
     first ^ last.rotate_left(29) ^ ((n as u64) << 56)

@@ -21,6 +21,9 @@ struct KeyAt<'k> {
 }
 
 impl Engine {
+    /// Inline, as every step of the hot path: a step returned from a call is read back in
+    /// pieces other than those it was written in, and the read waits.
+    #[inline(always)]
     pub(crate) fn check_policy(
         &self,
         p: &CompiledPolicy,
@@ -43,14 +46,18 @@ impl Engine {
         } = scratch;
         let KeyBuffers { fast, builder } = keys;
         let mut values = PlainValues::new();
-        let plain = p.fast_key.plain_values(entries, &mut values);
-        let values_hash = plain.then(|| values_hash(&values, p.generation));
-        if let Some(vh) = values_hash {
+        let found = p.fast_key.find_values(entries, &mut values);
+        let found_hash = found.then(|| values_hash(&values, p.generation));
+        if let Some(vh) = found_hash {
+            // The cache holds entries of plain values only, and values whose key one of
+            // them is are those plain values: they need no checking.
             let is_key = |key: &str| p.fast_key.is_key_of(&values, key);
             if let Some(entry) = cached.get_plain(vh, p.generation, is_key) {
                 return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
             }
         }
+        let plain = found && p.fast_key.are_plain(&values);
+        let values_hash = found_hash.filter(|_| plain);
         let key: &str = if plain {
             p.fast_key.write(&values, fast);
             fast
@@ -136,7 +143,7 @@ impl Engine {
 
     /// Checks one key's state. Runs inside the key table's read section: it must not
     /// write to the table.
-    #[inline]
+    #[inline(always)]
     fn on_entry(
         &self,
         p: &CompiledPolicy,

@@ -272,9 +272,13 @@ impl InFlight {
     /// Gives the units back now.
     #[inline]
     pub fn release(&mut self) {
-        if self.held.is_empty() {
-            return;
+        if !self.held.is_empty() {
+            self.release_held();
         }
+    }
+
+    #[cold]
+    fn release_held(&mut self) {
         for (entry, units) in self.held.drain(..) {
             entry.release_in_flight(units);
         }

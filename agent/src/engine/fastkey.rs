@@ -9,20 +9,58 @@
 //! which stays the one definition of the key format: this path only ever produces a key
 //! that the builder would produce for the same input (a property test holds it to that).
 
-use super::bytes::same;
+use super::bytes::{same, same_bytes};
 use leasehold_common::key::{KeySchema, ENTRIES_MAX};
-use smallvec::SmallVec;
+use leasehold_common::policy::{Policy, DIMENSIONS_MAX};
+use std::mem::MaybeUninit;
 
-/// The values of a key's dimensions, in the policy's order.
-pub(crate) type PlainValues<'e> = SmallVec<[&'e str; 4]>;
-use leasehold_common::policy::Policy;
+/// The values of a key's dimensions, in the policy's order: a fixed array, as a policy
+/// has at most [`DIMENSIONS_MAX`] of them (a growable vector checks where its items live
+/// on every access), left uninitialised past `len` (made for every decision).
+pub(crate) struct PlainValues<'e> {
+    len: usize,
+    items: [MaybeUninit<&'e str>; DIMENSIONS_MAX],
+}
+
+impl<'e> PlainValues<'e> {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        PlainValues {
+            len: 0,
+            // SAFETY: an array of `MaybeUninit` needs no initialisation (written out, the
+            // array is filled with zeros on every decision).
+            items: unsafe { MaybeUninit::uninit().assume_init() },
+        }
+    }
+
+    /// Appends `value`; false when already full.
+    #[inline]
+    fn push(&mut self, value: &'e str) -> bool {
+        let Some(item) = self.items.get_mut(self.len) else {
+            return false;
+        };
+        item.write(value);
+        self.len += 1;
+        true
+    }
+}
+
+impl<'e> std::ops::Deref for PlainValues<'e> {
+    type Target = [&'e str];
+    #[inline]
+    fn deref(&self) -> &[&'e str] {
+        // SAFETY: `push` wrote the first `len` items before counting them.
+        unsafe { std::slice::from_raw_parts(self.items.as_ptr().cast(), self.len) }
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Part {
     /// `<id>:<name>=` for the first dimension, `/<name>=` for the others.
     prefix: Box<str>,
     name: Box<str>,
-    lowercase: bool,
+    /// Byte classes ([`class`]) that take a value off the fast path.
+    reject: u8,
     max_len: usize,
     /// Sorted allow-list; empty means any value.
     values: Vec<String>,
@@ -39,9 +77,33 @@ pub(crate) struct FastKey {
     key_len_max: usize,
 }
 
-/// Bytes the key format writes unencoded (see `leasehold_common::key`).
-fn is_raw(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@' | b'+' | b'*')
+/// A byte the key format encodes (see `leasehold_common::key`).
+const ENCODED: u8 = 1;
+/// An upper-case letter, which a lowercasing dimension changes.
+const UPPER: u8 = 2;
+
+/// The classes of every byte, so that a value is checked with one lookup per byte.
+static CLASSES: [u8; 256] = {
+    let mut table = [ENCODED; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        let raw = c.is_ascii_alphanumeric()
+            || matches!(c, b'-' | b'.' | b'_' | b':' | b'@' | b'+' | b'*');
+        if raw {
+            table[b] = if c.is_ascii_uppercase() { UPPER } else { 0 };
+        }
+        b += 1;
+    }
+    table
+};
+
+/// The classes of `value`'s bytes, or-ed together.
+#[inline]
+fn classes(value: &str) -> u8 {
+    value
+        .bytes()
+        .fold(0, |all, b| all | CLASSES[usize::from(b)])
 }
 
 impl FastKey {
@@ -60,7 +122,11 @@ impl FastKey {
                 Part {
                     prefix: prefix.into(),
                     name: d.name.as_str().into(),
-                    lowercase: d.lowercase,
+                    reject: if d.lowercase {
+                        ENCODED | UPPER
+                    } else {
+                        ENCODED
+                    },
                     max_len: d.max_len as usize,
                     values,
                 }
@@ -84,26 +150,49 @@ impl FastKey {
     /// `entries` take the common case; false (with `values` in any state) when the general
     /// builder must decide. Filled in place: returned by value, the values would be
     /// written and read back in differently sized pieces, and the read would wait.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn plain_values<'e>(
         &self,
         entries: &[(&str, &'e str)],
         values: &mut PlainValues<'e>,
     ) -> bool {
-        values.clear();
+        self.find_values(entries, values) && self.are_plain(values)
+    }
+
+    /// Puts the value of each key dimension into `values`, unchecked; false when one is
+    /// absent or given twice (or there are too many entries): then only the general
+    /// builder decides.
+    #[inline(always)]
+    pub(crate) fn find_values<'e>(
+        &self,
+        entries: &[(&str, &'e str)],
+        values: &mut PlainValues<'e>,
+    ) -> bool {
+        values.len = 0;
         if entries.len() > ENTRIES_MAX {
             return false;
         }
-        let mut len = self.fixed_len;
         for part in &self.parts {
             let Some(value) = single_value(&part.name, entries) else {
                 return false;
             };
+            if !values.push(value) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the values [`find_values`](Self::find_values) found are their own canonical
+    /// form: non-empty, short enough, only bytes written as they are (and no upper case
+    /// where the dimension lowercases), allowed, and the key within its length limit.
+    #[inline]
+    pub(crate) fn are_plain(&self, values: &[&str]) -> bool {
+        let mut len = self.fixed_len;
+        for (part, value) in self.parts.iter().zip(values) {
             let plain = !value.is_empty()
                 && value.len() <= part.max_len
-                && value
-                    .bytes()
-                    .all(|b| is_raw(b) && !(part.lowercase && b.is_ascii_uppercase()));
+                && classes(value) & part.reject == 0;
             let allowed = part.values.is_empty()
                 || part
                     .values
@@ -113,7 +202,6 @@ impl FastKey {
                 return false;
             }
             len += value.len();
-            values.push(value);
         }
         len <= self.key_len_max
     }
@@ -132,7 +220,12 @@ impl FastKey {
         }
     }
 
-    /// Whether `key` is the canonical key of plain `values`, compared in place.
+    /// Whether `key` is the key of `values`, compared in place.
+    ///
+    /// When `key` is the canonical key of plain values, a match means `values` are those
+    /// very values, so they need no checking of their own: a plain value holds no `/`,
+    /// which starts every later part's prefix, and no dimension name is a prefix of
+    /// another followed by `=`; so the value boundaries cannot shift.
     #[inline]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
         let len = self.fixed_len + values.iter().map(|v| v.len()).sum::<usize>();
@@ -142,6 +235,9 @@ impl FastKey {
         if self.parts.is_empty() {
             return same(key, &self.head);
         }
+        // Bytes rather than `str` slices: the lengths add up to the key's, so no bound
+        // fails, and byte ranges need no character-boundary checks.
+        let key = key.as_bytes();
         let mut at = 0;
         for (part, value) in self.parts.iter().zip(values) {
             let Some(prefix) = key.get(at..at + part.prefix.len()) else {
@@ -152,7 +248,7 @@ impl FastKey {
                 return false;
             };
             at += value.len();
-            if !same(prefix, &part.prefix) || !same(found, value) {
+            if !same_bytes(prefix, part.prefix.as_bytes()) || !same_bytes(found, value.as_bytes()) {
                 return false;
             }
         }
@@ -186,7 +282,7 @@ pub(crate) fn values_hash(values: &[&str], seed: u64) -> u64 {
 }
 
 /// The value of `name` if it is given exactly once.
-#[inline]
+#[inline(always)]
 fn single_value<'e>(name: &str, entries: &[(&str, &'e str)]) -> Option<&'e str> {
     let mut found = None;
     for (k, v) in entries {
@@ -307,6 +403,39 @@ mod tests {
             if let Ok(other) = builder.build(&schema, &b) {
                 prop_assert_eq!(fast.is_key_of(&values, other.key), other.key == own);
             }
+        }
+
+        /// Values of any bytes match a plain canonical key in place only when they are
+        /// that key's very values (what lets a cache hit skip checking them): here each
+        /// value is cut from the key itself at any length, so that every shifted
+        /// boundary is tried.
+        #[test]
+        fn only_the_keys_own_values_match_it(
+            a in entries(),
+            lens in proptest::collection::vec(0usize..40, 3),
+            exact in any::<bool>(),
+        ) {
+            let p = policy();
+            let schema = KeySchema::new(&p).unwrap();
+            let fast = FastKey::new(&p, &schema);
+            let a: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let mut own = PlainValues::new();
+            if !fast.plain_values(&a, &mut own) {
+                return Ok(());
+            }
+            let mut key = String::new();
+            fast.write(&own, &mut key);
+            let mut at = 0;
+            let mut cut = Vec::new();
+            // Half the cases cut at the values' own lengths, the match to find.
+            let lens: Vec<usize> = if exact { own.iter().map(|v| v.len()).collect() } else { lens };
+            for (part, len) in fast.parts.iter().zip(&lens) {
+                at += part.prefix.len();
+                let end = (at + len).min(key.len());
+                cut.push(key.get(at.min(end)..end).unwrap_or(""));
+                at = end;
+            }
+            prop_assert_eq!(fast.is_key_of(&cut, &key), cut[..] == own[..]);
         }
     }
 }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 impl Engine {
+    #[inline(always)]
     pub(crate) fn check_leased(
         &self,
         p: &CompiledPolicy,
@@ -153,6 +154,7 @@ fn reset_wait(acquiring_since_ns: &AtomicU64) {
     }
 }
 
+#[inline(always)]
 fn admitted(
     p: &CompiledPolicy,
     entry: &Arc<Entry>,

@@ -178,7 +178,7 @@ impl CompiledPolicy {
     }
 
     /// Time for the policy's rate to produce `units`; a retry hint for leased credit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ns_to_earn(&self, units: u64) -> u64 {
         let Some(rate) = self.rate else { return 0 };
         // The same ceiling in 64 bits when the product fits; the 128-bit division is a

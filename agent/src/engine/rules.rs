@@ -71,10 +71,35 @@ pub enum EngineError {
 /// Hints kept per thread with the rule set they index.
 const POLICY_HINTS: usize = 4;
 
+/// Longest policy id a hint holds a copy of.
+const HINT_ID_MAX: usize = 24;
+
 /// Indexes into one rule set's policies, by id length: most callers name a few policies
 /// over and over, and comparing one id costs less than hashing it and probing the map.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct PolicyHints([u32; POLICY_HINTS]);
+pub(crate) struct PolicyHints([Hint; POLICY_HINTS]);
+
+/// A thread's last answer for ids of one length. Short ids are kept here, so the common
+/// check reads only the thread's own line instead of following the rule set's pointers
+/// to the policy's id.
+#[derive(Clone, Debug)]
+struct Hint {
+    index: u32,
+    /// Length of the id in `id`; 0 when it holds none (the id is too long, or unset).
+    len: usize,
+    id: [u8; HINT_ID_MAX],
+}
+
+impl Default for Hint {
+    /// No policy: the first lookup misses and fills the hint.
+    fn default() -> Self {
+        Hint {
+            index: u32::MAX,
+            len: 0,
+            id: [0; HINT_ID_MAX],
+        }
+    }
+}
 
 /// Compiled rules, immutable once built.
 #[derive(Debug, Default)]
@@ -97,20 +122,40 @@ impl RuleSet {
 
     /// [`policy`](Self::policy), trying the index in `hint` first (a thread's last
     /// answer for ids of this length), and updating it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn policy_hinted(
         &self,
         id: &str,
-        hint: &mut PolicyHints,
+        hints: &mut PolicyHints,
     ) -> Option<&CompiledPolicy> {
-        let h = &mut hint.0[id.len() % POLICY_HINTS];
-        if let Some(p) = self.policies.get(*h as usize) {
-            if super::bytes::same(&p.id, id) {
+        let h = &mut hints.0[id.len() % POLICY_HINTS];
+        let hit = match h.id.get(..h.len) {
+            Some(held) if h.len > 0 => super::bytes::same_bytes(held, id.as_bytes()),
+            // No copy: compare with the policy's own id.
+            _ => self
+                .policies
+                .get(h.index as usize)
+                .is_some_and(|p| super::bytes::same(&p.id, id)),
+        };
+        if hit {
+            if let Some(p) = self.policies.get(h.index as usize) {
                 return Some(p);
             }
         }
+        self.policy_hint_missed(id, h)
+    }
+
+    #[cold]
+    fn policy_hint_missed(&self, id: &str, h: &mut Hint) -> Option<&CompiledPolicy> {
         let i = *self.by_id.get(id)?;
-        *h = u32::try_from(i).unwrap_or(u32::MAX);
+        h.index = u32::try_from(i).unwrap_or(u32::MAX);
+        match h.id.get_mut(..id.len()) {
+            Some(held) => {
+                held.copy_from_slice(id.as_bytes());
+                h.len = id.len();
+            }
+            None => h.len = 0,
+        }
         Some(&self.policies[i])
     }
 

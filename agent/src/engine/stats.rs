@@ -3,7 +3,7 @@
 //! Counters are per policy id, never per key, so their number is bounded by the rule set.
 
 use super::decision::Outcome;
-use super::stripes::{add, stripe_count, sum, Padded, Striped};
+use super::stripes::{add, stripe_count, sum, sum_of, Padded, PerSlot, Slot, Striped};
 use leasehold_common::time::RollbackStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,7 +40,7 @@ impl Default for PolicyCounters {
 impl PolicyCounters {
     /// Books `units` offered to the policy under the dimension's final outcome.
     #[inline]
-    pub(crate) fn record(&self, outcome: Outcome, units: u64) {
+    pub(crate) fn record(&self, outcome: Outcome, units: u64, slot: Slot) {
         let index = match outcome {
             Outcome::Admitted => ADMITTED,
             Outcome::Denied(_) | Outcome::InvalidKey => REJECTED,
@@ -53,7 +53,7 @@ impl PolicyCounters {
             // The policy was not applied to the request: nothing was offered to it.
             Outcome::NoRule | Outcome::Unlimited | Outcome::Replaced => return,
         };
-        let local = self.stripes.local_slot();
+        let local = self.stripes.at(slot);
         add(&local.value[index], units, local.exclusive);
     }
 
@@ -108,7 +108,7 @@ pub struct PolicyStats {
 /// Engine-wide counters (requests, not units), one set per thread slot.
 #[derive(Debug)]
 pub(crate) struct EngineCounters {
-    stripes: Striped<EngineStripe>,
+    stripes: PerSlot<EngineStripe>,
     /// Next unissued decision id; threads take blocks of [`ID_BLOCK`].
     ids: Padded<AtomicU64>,
 }
@@ -140,7 +140,7 @@ const ENGINE_COUNTS: usize = 6;
 impl EngineCounters {
     pub(crate) fn new() -> Self {
         EngineCounters {
-            stripes: Striped::per_slot(),
+            stripes: PerSlot::new(),
             ids: Padded::default(),
         }
     }
@@ -152,19 +152,19 @@ impl EngineCounters {
     }
 
     pub(crate) fn load(&self, count: Count) -> u64 {
-        sum(&self.stripes, |s| &s.counts[count as usize])
+        sum_of(self.stripes.iter(), |s| &s.counts[count as usize])
     }
 
     pub(crate) fn decisions(&self) -> u64 {
-        sum(&self.stripes, |s| &s.decisions)
+        sum_of(self.stripes.iter(), |s| &s.decisions)
     }
 
     /// Counts a decision and numbers it. Numbers are unique until the engine has issued
     /// 2⁶⁴ (callers keep the low bits); a thread owning its slot takes them a block at a
     /// time, so the shared counter moves once per [`ID_BLOCK`] decisions.
     #[inline]
-    pub(crate) fn next_decision(&self) -> u64 {
-        let local = self.stripes.local_slot();
+    pub(crate) fn next_decision(&self, slot: Slot) -> u64 {
+        let local = self.stripes.at(slot);
         let s = local.value;
         add(&s.decisions, 1, local.exclusive);
         if !local.exclusive {

@@ -5,7 +5,7 @@
 //! cores; with one stripe per thread each core writes only its own line. A thread takes a
 //! *slot* on first use: one of [`SLOTS_MAX`] exclusive slots while one is free (given back
 //! when the thread exits), else the shared slot. Values striped per slot
-//! ([`Striped::per_slot`]) let a thread that owns its slot update them with plain loads and
+//! ([`PerSlot`]) let a thread that owns its slot update them with plain loads and
 //! stores, which cost no more than ordinary memory writes; the shared slot uses
 //! read-modify-write atomics. Values striped by the machine's parallelism
 //! ([`Striped::new`]) map slots onto fewer stripes and always use atomics; values there are
@@ -87,6 +87,18 @@ pub(crate) fn thread_slot() -> usize {
     }
 }
 
+/// The calling thread's slot, read once for everything one decision writes (each
+/// reading costs a thread-local access).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Slot(usize);
+
+impl Slot {
+    #[inline]
+    pub(crate) fn current() -> Slot {
+        Slot(thread_slot())
+    }
+}
+
 /// Stripes to use: the machine's parallelism rounded up to a power of two, at most
 /// [`STRIPES_MAX`].
 pub(crate) fn stripe_count() -> usize {
@@ -135,11 +147,40 @@ impl<T: Default> Striped<T> {
             mask: shared - 1,
         }
     }
+}
 
-    /// One stripe per slot, the exclusive ones written with plain stores (the shared slot
-    /// gets the one stripe after them).
-    pub(crate) fn per_slot() -> Self {
-        Self::owned_first(SLOTS_MAX, 1)
+/// One stripe per slot, the exclusive ones written with plain stores, the shared slot's
+/// with atomics: found from the slot alone, with no layout to read first.
+#[derive(Debug)]
+pub(crate) struct PerSlot<T>(Box<[Padded<T>; SLOTS_MAX + 1]>);
+
+impl<T: Default> PerSlot<T> {
+    pub(crate) fn new() -> Self {
+        let stripes: Box<[Padded<T>]> = (0..=SLOTS_MAX).map(|_| Padded::default()).collect();
+        match stripes.try_into() {
+            Ok(stripes) => PerSlot(stripes),
+            Err(_) => unreachable!("made with SLOTS_MAX + 1 stripes"),
+        }
+    }
+}
+
+impl<T> PerSlot<T> {
+    /// The stripe of `slot`, taken by this thread.
+    #[inline]
+    pub(crate) fn at(&self, Slot(slot): Slot) -> Local<'_, T> {
+        Local {
+            value: &self.0[slot.min(SHARED)].0,
+            exclusive: slot < SHARED,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn local_slot(&self) -> Local<'_, T> {
+        self.at(Slot::current())
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().map(|p| &p.0)
     }
 }
 
@@ -153,7 +194,12 @@ impl<T> Striped<T> {
     /// This thread's stripe and whether this thread alone writes it.
     #[inline]
     pub(crate) fn local_slot(&self) -> Local<'_, T> {
-        let slot = thread_slot();
+        self.at(Slot::current())
+    }
+
+    /// The stripe of `slot`, taken by this thread.
+    #[inline]
+    pub(crate) fn at(&self, Slot(slot): Slot) -> Local<'_, T> {
         let (index, exclusive) = if slot < self.owned {
             (slot, true)
         } else {
@@ -172,8 +218,15 @@ impl<T> Striped<T> {
 
 /// Relaxed sum of one counter over every stripe.
 pub(crate) fn sum<T>(striped: &Striped<T>, field: impl Fn(&T) -> &AtomicU64) -> u64 {
-    striped
-        .iter()
+    sum_of(striped.iter(), field)
+}
+
+/// [`sum`] over stripes given one by one.
+pub(crate) fn sum_of<'a, T: 'a>(
+    stripes: impl Iterator<Item = &'a T>,
+    field: impl Fn(&T) -> &AtomicU64,
+) -> u64 {
+    stripes
         .map(|s| field(s).load(Ordering::Relaxed))
         .fold(0u64, u64::wrapping_add)
 }
@@ -240,27 +293,33 @@ impl ClockStripe {
 #[derive(Debug)]
 pub(crate) struct StripedClock {
     start: Nanos,
-    stripes: Striped<ClockStripe>,
+    stripes: PerSlot<ClockStripe>,
 }
 
 impl StripedClock {
     pub(crate) fn new(start: Nanos) -> Self {
         StripedClock {
             start,
-            stripes: Striped::per_slot(),
+            stripes: PerSlot::new(),
         }
     }
 
     #[inline]
     pub(crate) fn observe(&self, raw: Nanos) -> Nanos {
-        let local = self.stripes.local_slot();
+        self.observe_at(raw, Slot::current())
+    }
+
+    /// [`observe`](Self::observe) on this thread's `slot`.
+    #[inline]
+    pub(crate) fn observe_at(&self, raw: Nanos, slot: Slot) -> Nanos {
+        let local = self.stripes.at(slot);
         local.value.observe(raw, self.start, local.exclusive)
     }
 
     pub(crate) fn stats(&self) -> RollbackStats {
         RollbackStats {
-            rollbacks: sum(&self.stripes, |s| &s.rollbacks),
-            rollback_ns: sum(&self.stripes, |s| &s.rollback_ns),
+            rollbacks: sum_of(self.stripes.iter(), |s| &s.rollbacks),
+            rollback_ns: sum_of(self.stripes.iter(), |s| &s.rollback_ns),
         }
     }
 }

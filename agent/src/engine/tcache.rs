@@ -71,16 +71,17 @@ impl EntryCache {
 
     /// The cached entry of a request with plain values hashing to `values_hash` that is
     /// still the table's entry for `generation` and whose key `is_key` accepts.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_plain(
         &self,
         values_hash: u64,
         generation: u64,
         is_key: impl FnOnce(&str) -> bool,
     ) -> Option<&Arc<Entry>> {
-        self.plain[Self::index(values_hash)]
-            .as_ref()
-            .filter(|e| e.is_live(generation) && is_key(e.key()))
+        match &self.plain[Self::index(values_hash)] {
+            Some(e) if e.is_live(generation) && is_key(e.key()) => Some(e),
+            _ => None,
+        }
     }
 
     /// Remembers `entry` for requests whose plain values hash to `values_hash`.

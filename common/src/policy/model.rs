@@ -110,6 +110,7 @@ impl Default for Cost {
 impl Cost {
     /// The cost of one request on `route` carrying `bytes` bytes (when known). A request
     /// is never free: an empty body still costs 1, or a flood of them would be unlimited.
+    #[inline]
     pub fn of(&self, route: Option<&str>, bytes: Option<u64>) -> u64 {
         match self.unit {
             CostUnit::Request => self.default,

@@ -68,14 +68,15 @@ pub enum EngineError {
     UnknownPolicy { id: String },
 }
 
-/// Hints kept per thread with the rule set they index.
-const POLICY_HINTS: usize = 4;
+/// Hints kept per thread with the rule set they index (a power of two).
+const POLICY_HINTS: usize = 16;
 
 /// Longest policy id a hint holds a copy of.
 const HINT_ID_MAX: usize = 24;
 
-/// Indexes into one rule set's policies, by id length: most callers name a few policies
-/// over and over, and comparing one id costs less than hashing it and probing the map.
+/// Indexes into one rule set's policies, by a cheap hash of the id: most callers name a
+/// few policies over and over, and comparing one id costs less than hashing it fully and
+/// probing the map.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PolicyHints([Hint; POLICY_HINTS]);
 
@@ -128,7 +129,7 @@ impl RuleSet {
         id: &str,
         hints: &mut PolicyHints,
     ) -> Option<&CompiledPolicy> {
-        let h = &mut hints.0[id.len() % POLICY_HINTS];
+        let h = &mut hints.0[Self::hint_index_of(id)];
         let hit = match h.id.get(..h.len) {
             Some(held) if h.len > 0 => super::bytes::same_bytes(held, id.as_bytes()),
             // No copy: compare with the policy's own id.
@@ -143,6 +144,16 @@ impl RuleSet {
             }
         }
         self.policy_hint_missed(id, h)
+    }
+
+    /// The hint slot of `id`: its length and first and last bytes, mixed (ids of one
+    /// length alone, such as `tenant` and `leased`, would share one).
+    #[inline(always)]
+    fn hint_index_of(id: &str) -> usize {
+        let b = id.as_bytes();
+        let first = usize::from(b.first().copied().unwrap_or(0));
+        let last = usize::from(b.last().copied().unwrap_or(0));
+        (first ^ (last << 1) ^ b.len()) % POLICY_HINTS
     }
 
     #[cold]
@@ -325,4 +336,46 @@ fn compile(
         }
     }
     Ok(Arc::new(compiled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::key::KEY_LEN_MAX_DEFAULT;
+
+    fn policy(id: &str) -> Policy {
+        Policy::from_yaml(&format!(
+            "id: {id}\ndimensions: [{{name: tenant}}]\nrate: {{units: 1, per: 1s}}\nburst: 1\n"
+        ))
+        .unwrap()
+    }
+
+    /// Lookups through one thread's hints always answer the policy named, whichever ids
+    /// share a hint slot, however long the ids, and in any order.
+    #[test]
+    fn hinted_lookups_answer_the_policy_named() {
+        let long = "a-policy-id-longer-than-a-hint-holds";
+        let ids = ["leased", "tenant", "route", "x", long, "tenanu", "le-sed"];
+        let source = RuleSource::from_policies(ids.map(policy));
+        let rules =
+            RuleSet::build(source, None, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap();
+        let mut hints = PolicyHints::default();
+        for round in 0..3 {
+            for (i, id) in ids.iter().enumerate().cycle().skip(round).take(20) {
+                let found = rules.policy_hinted(id, &mut hints).map(|p| &*p.id);
+                assert_eq!(found, Some(*id), "lookup {i} of round {round}");
+            }
+            assert!(rules.policy_hinted("absent", &mut hints).is_none());
+            assert!(rules.policy_hinted("", &mut hints).is_none());
+        }
+    }
+
+    /// The ids most rule sets name together do not evict each other's hints.
+    #[test]
+    fn ids_of_one_length_get_their_own_hints() {
+        let slots = ["leased", "tenant", "route"].map(RuleSet::hint_index_of);
+        assert_ne!(slots[0], slots[1]);
+        assert_ne!(slots[0], slots[2]);
+        assert_ne!(slots[1], slots[2]);
+    }
 }

@@ -246,9 +246,12 @@ impl Engine {
         }
         apply_replaces(&mut resolved);
 
-        let mut ctx = self.ctx(req, now, req.dimensions.len() > 1);
+        let mut ctx = self.ctx(req, now, true);
         let mut charges: Inline<(Option<Charge>, u64)> = SmallVec::new();
+        let last = req.dimensions.len().saturating_sub(1);
         for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
+            // No dimension checked after the last can refuse: its charge stands.
+            ctx.keep = i < last;
             let units = res.policy().map_or(0, |p| units_of(p, req));
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)

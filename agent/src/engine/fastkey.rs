@@ -226,7 +226,7 @@ impl FastKey {
     /// very values, so they need no checking of their own: a plain value holds no `/`,
     /// which starts every later part's prefix, and no dimension name is a prefix of
     /// another followed by `=`; so the value boundaries cannot shift.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
         let len = self.fixed_len + values.iter().map(|v| v.len()).sum::<usize>();
         if key.len() != len {

@@ -3,7 +3,6 @@
 use super::results::Results;
 use super::table::Entry;
 use smallvec::SmallVec;
-use std::num::NonZeroU8;
 use std::sync::Arc;
 
 /// Most dimensions one request may carry; results are kept inline up to this many, so no
@@ -83,54 +82,43 @@ impl Outcome {
 }
 
 /// Longest policy id a [`PolicyId`] holds inline.
-pub const POLICY_ID_INLINE_MAX: usize = 24;
-
-/// Inline id bytes, aligned so that a copy moves whole words: copied field by field as
-/// odd-sized pieces, an id makes later wider reads of the decision wait (a
-/// store-forwarding stall costs more than the rest of the copy).
-#[derive(Copy, Clone)]
-#[repr(C, align(8))]
-struct InlineBytes([u8; POLICY_ID_INLINE_MAX]);
+pub const POLICY_ID_INLINE_MAX: usize = 22;
 
 /// A policy id in a decision. Ids of up to [`POLICY_ID_INLINE_MAX`] bytes are copied
 /// inline, so putting them in a decision writes no reference count that every thread
-/// deciding for the policy shares; longer ids share the policy's allocation.
+/// deciding for the policy shares; longer ids share the policy's allocation. Either way
+/// an id takes three words, which keeps every result, and so every decision, small.
 #[derive(Clone)]
-pub struct PolicyId {
-    inline: InlineBytes,
-    /// Length of the inline id plus one; 1 when the id is shared.
-    len: NonZeroU8,
-    shared: Option<Arc<str>>,
+pub struct PolicyId(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; POLICY_ID_INLINE_MAX],
+    },
+    Shared(Arc<str>),
 }
 
 impl PolicyId {
     /// The id of a compiled policy whose id is `id`.
     pub(crate) fn new(id: &Arc<str>) -> PolicyId {
-        let mut inline = InlineBytes([0; POLICY_ID_INLINE_MAX]);
-        match u8::try_from(id.len() + 1) {
+        match u8::try_from(id.len()) {
             Ok(len) if id.len() <= POLICY_ID_INLINE_MAX => {
-                inline.0[..id.len()].copy_from_slice(id.as_bytes());
-                PolicyId {
-                    inline,
-                    len: NonZeroU8::new(len).unwrap_or(NonZeroU8::MIN),
-                    shared: None,
-                }
+                let mut bytes = [0; POLICY_ID_INLINE_MAX];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                PolicyId(Repr::Inline { len, bytes })
             }
-            _ => PolicyId {
-                inline,
-                len: NonZeroU8::MIN,
-                shared: Some(Arc::clone(id)),
-            },
+            _ => PolicyId(Repr::Shared(Arc::clone(id))),
         }
     }
 
     pub fn as_str(&self) -> &str {
-        match &self.shared {
-            Some(id) => id,
+        match &self.0 {
+            Repr::Shared(id) => id,
             // Copied whole from a `str` in `new`, so always UTF-8.
-            None => {
-                let len = usize::from(self.len.get() - 1);
-                std::str::from_utf8(&self.inline.0[..len]).unwrap_or_default()
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
         }
     }
@@ -291,7 +279,9 @@ impl Drop for InFlight {
     }
 }
 
-// Decisions keep every result inline: a larger result makes every decision bigger.
-const _: () = assert!(std::mem::size_of::<DimensionResult>() <= 96);
-// Returned by value from `Engine::admit`; docs/api.md promises under 1 KiB.
-const _: () = assert!(std::mem::size_of::<Decision>() <= 1024);
+// Decisions keep every result inline: a larger result makes every decision bigger (and
+// `admit` copies the whole decision out).
+const _: () = assert!(std::mem::size_of::<Option<PolicyId>>() <= 24);
+const _: () = assert!(std::mem::size_of::<DimensionResult>() <= 64);
+// Returned by value from `Engine::admit`; docs/api.md says about 600 bytes.
+const _: () = assert!(std::mem::size_of::<Decision>() <= 640);

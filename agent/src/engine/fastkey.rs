@@ -330,6 +330,21 @@ mod tests {
         assert!(!fast.build(&upper, &mut out), "needs lowercasing");
     }
 
+    /// The test policy's key schema and fast-path layout.
+    fn layout() -> (KeySchema, FastKey) {
+        let p = policy();
+        let schema = KeySchema::new(&p).unwrap();
+        let fast = FastKey::new(&p, &schema);
+        (schema, fast)
+    }
+
+    fn pairs(entries: &[(String, String)]) -> Vec<(&str, &str)> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
     fn value() -> impl Strategy<Value = String> {
         prop_oneof![
             Just(String::new()),
@@ -387,11 +402,8 @@ mod tests {
         /// canonical key is that key.
         #[test]
         fn keys_match_in_place_exactly_when_equal(a in entries(), b in entries()) {
-            let p = policy();
-            let schema = KeySchema::new(&p).unwrap();
-            let fast = FastKey::new(&p, &schema);
-            let a: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let b: Vec<(&str, &str)> = b.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let (schema, fast) = layout();
+            let (a, b) = (pairs(&a), pairs(&b));
             let mut values = PlainValues::new();
             if !fast.plain_values(&a, &mut values) {
                 return Ok(());
@@ -415,10 +427,8 @@ mod tests {
             lens in proptest::collection::vec(0usize..40, 3),
             exact in any::<bool>(),
         ) {
-            let p = policy();
-            let schema = KeySchema::new(&p).unwrap();
-            let fast = FastKey::new(&p, &schema);
-            let a: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let (_, fast) = layout();
+            let a = pairs(&a);
             let mut own = PlainValues::new();
             if !fast.plain_values(&a, &mut own) {
                 return Ok(());

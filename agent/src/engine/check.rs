@@ -51,9 +51,11 @@ impl Engine {
         if let Some(vh) = found_hash {
             // The cache holds entries of plain values only, and values whose key one of
             // them is are those plain values: they need no checking.
-            let is_key = |key: &str| p.fast_key.is_key_of(&values, key);
-            if let Some(entry) = cached.get_plain(vh, p.generation, is_key) {
-                return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
+            // Checked here rather than in a closure, which the compiler leaves as a call.
+            if let Some(entry) = cached.get_plain(vh, p.generation) {
+                if p.fast_key.is_key_of(&values, entry.key()) {
+                    return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
+                }
             }
         }
         let plain = found && p.fast_key.are_plain(&values);

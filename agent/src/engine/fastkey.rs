@@ -270,7 +270,7 @@ impl FastKey {
 
 /// A cheap hash of plain values for a thread's own key cache, mixed with `seed` (the
 /// policy's generation). Collisions only cost a cache miss, so no keyed hash is needed.
-#[inline]
+#[inline(always)]
 pub(crate) fn values_hash(values: &[&str], seed: u64) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut h = seed.wrapping_mul(K);

@@ -69,17 +69,12 @@ impl EntryCache {
         }
     }
 
-    /// The cached entry of a request with plain values hashing to `values_hash` that is
-    /// still the table's entry for `generation` and whose key `is_key` accepts.
+    /// The cached entry for plain values hashing to `values_hash` if it is still the
+    /// table's entry for `generation`; the caller checks that its key is the values'.
     #[inline(always)]
-    pub(crate) fn get_plain(
-        &self,
-        values_hash: u64,
-        generation: u64,
-        is_key: impl FnOnce(&str) -> bool,
-    ) -> Option<&Arc<Entry>> {
+    pub(crate) fn get_plain(&self, values_hash: u64, generation: u64) -> Option<&Arc<Entry>> {
         match &self.plain[Self::index(values_hash)] {
-            Some(e) if e.is_live(generation) && is_key(e.key()) => Some(e),
+            Some(e) if e.is_live(generation) => Some(e),
             _ => None,
         }
     }

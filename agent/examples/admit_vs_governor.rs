@@ -1,0 +1,86 @@
+//! One-key admission on one thread, the engine's `admit_into` and governor's keyed check
+//! timed back to back on the same thread, round after round on fresh threads: on a machine
+//! whose speed drifts, the ratio within a round is steadier than either time alone.
+//!
+//! `cargo run --release -p leasehold-agent --example admit_vs_governor [ROUNDS]`
+
+use governor::{Quota, RateLimiter};
+use leasehold_agent::credit::SlotState;
+use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine, RuleSource};
+use leasehold_common::policy::Policy;
+use leasehold_common::time::Nanos;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+const CHECKS: u64 = 5_000_000;
+
+/// An engine whose key `acme` of policy `leased` holds plenty of leased credit.
+fn engine() -> Engine {
+    let policy = Policy::from_yaml(
+        "id: leased\ndimensions: [{name: tenant, required: true}]\n\
+         rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n",
+    )
+    .expect("valid policy");
+    let engine = Engine::builder()
+        .build(RuleSource::from_policies([policy]))
+        .expect("valid rules");
+    let queue = engine.take_acquire_queue().expect("first take");
+    let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
+    engine.admit(&AdmitRequest::new(&dims), Nanos(0));
+    let slot = queue.try_recv().expect("an acquire was queued").slot;
+    slot.deposit(u64::MAX / 2, u64::MAX);
+    slot.set_state(SlotState::Active);
+    engine
+}
+
+/// Nanoseconds per check of the engine and of governor, on the calling thread.
+fn round(engine: &Engine) -> (f64, f64) {
+    let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
+    let req = AdmitRequest::new(&dims);
+    let mut decision = Decision::new();
+    for i in 0..CHECKS / 10 {
+        engine.admit_into(&req, Nanos(i), &mut decision);
+    }
+    let start = Instant::now();
+    for i in 0..CHECKS {
+        engine.admit_into(&req, Nanos(i), &mut decision);
+        black_box(decision.allowed);
+    }
+    let ours = start.elapsed().as_nanos() as f64 / CHECKS as f64;
+    let limiter = RateLimiter::<&str, _, _>::keyed(Quota::per_second(
+        NonZeroU32::new(u32::MAX).expect("non-zero"),
+    ));
+    let start = Instant::now();
+    for _ in 0..CHECKS {
+        black_box(limiter.check_key(&"acme").is_ok());
+    }
+    let theirs = start.elapsed().as_nanos() as f64 / CHECKS as f64;
+    (ours, theirs)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .map_or(12, |r| r.parse().expect("ROUNDS is a number"));
+    let engine = engine();
+    let mut results = Vec::new();
+    for _ in 0..rounds {
+        let (ours, theirs) =
+            std::thread::scope(|s| s.spawn(|| round(&engine)).join()).expect("round thread");
+        println!(
+            "engine {ours:.1} ns, governor {theirs:.1} ns, ratio {:.2}",
+            ours / theirs
+        );
+        results.push((ours, theirs));
+    }
+    let ours = median(results.iter().map(|r| r.0).collect());
+    let theirs = median(results.iter().map(|r| r.1).collect());
+    let ratio = median(results.iter().map(|r| r.0 / r.1).collect());
+    println!("median: engine {ours:.1} ns, governor {theirs:.1} ns, ratio {ratio:.2}");
+}

@@ -49,9 +49,9 @@ impl Engine {
         let found = p.fast_key.find_values(entries, &mut values);
         let found_hash = found.then(|| values_hash(&values, p.generation));
         if let Some(vh) = found_hash {
-            // The cache holds entries of plain values only, and values whose key one of
-            // them is are those plain values: they need no checking.
-            // Checked here rather than in a closure, which the compiler leaves as a call.
+            // This cache holds only entries made from plain values, and values matching
+            // such an entry's key are those plain values: they need no checking. (The key
+            // is compared here rather than in a closure, which stays a call.)
             if let Some(entry) = cached.get_plain(vh, p.generation) {
                 if p.fast_key.is_key_of(&values, entry.key()) {
                     return self.on_entry(p, entry.key(), entry, units, emergency, ctx);

@@ -181,11 +181,17 @@ fn apply_replaces(resolved: &mut [(Resolved<'_>, Option<&MatchedRule>)]) {
 }
 
 /// Units a dimension costs: decided by the policy, times Envoy's hits.
+#[inline(always)]
 fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
-    p.policy
-        .cost
-        .of(req.route, req.bytes)
-        .saturating_mul(req.hits.max(1))
+    match p.request_cost {
+        // The common case, without the cost's kind to look at or a product to check.
+        Some(cost) if req.hits <= 1 => cost,
+        _ => p
+            .policy
+            .cost
+            .of(req.route, req.bytes)
+            .saturating_mul(req.hits.max(1)),
+    }
 }
 
 impl Engine {

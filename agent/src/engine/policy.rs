@@ -105,6 +105,8 @@ pub(crate) struct CompiledPolicy {
     pub(crate) fast_key: FastKey,
     pub(crate) enforcement: Enforcement,
     pub(crate) capacity: u64,
+    /// What one request costs when the cost is per request (not by bytes or route).
+    pub(crate) request_cost: Option<u64>,
     pub(crate) rate: Option<Rate>,
     pub(crate) failure: FailureMode,
     pub(crate) restricted: Option<RestrictedSpec>,

@@ -9,7 +9,7 @@ use super::policy::{
 };
 use leasehold_common::key::KeySchema;
 use leasehold_common::policy::envoy::{EnvoyConfig, MapError, Mapped};
-use leasehold_common::policy::{FailureMode, FieldErrors, Mode, Policy, PolicyVersion};
+use leasehold_common::policy::{CostUnit, FailureMode, FieldErrors, Mode, Policy, PolicyVersion};
 use leasehold_common::time::Nanos;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -316,6 +316,7 @@ fn compile(
         schema,
         enforcement,
         capacity: policy.capacity().unwrap_or(0),
+        request_cost: (policy.cost.unit == CostUnit::Request).then_some(policy.cost.default),
         rate: policy.rate.and_then(|r| r.to_rate().ok()),
         failure: policy.failure.mode,
         restricted,

@@ -182,15 +182,6 @@ impl CompiledPolicy {
     /// Time for the policy's rate to produce `units`; a retry hint for leased credit.
     #[inline(always)]
     pub(crate) fn ns_to_earn(&self, units: u64) -> u64 {
-        let Some(rate) = self.rate else { return 0 };
-        if units == 0 {
-            return 0;
-        }
-        // The same ceiling in 64 bits when the product fits; the 128-bit division is a
-        // library call.
-        match units.checked_mul(rate.period_ns()) {
-            Some(need) => need.div_ceil(rate.units()),
-            None => rate.ns_until(units, 0),
-        }
+        self.rate.map_or(0, |rate| rate.ns_until(units, 0))
     }
 }

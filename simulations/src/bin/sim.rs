@@ -336,18 +336,13 @@ fn print_net_report(r: &net::NetReport, cfg: &NetConfig) {
     }
     for s in &r.settlements {
         println!(
-            "    agent {} crashed at {} ms: admitted {} under {} leases, settled {} (released {}: {}, expired {}: {}, open {}: {}){}",
+            "    agent {} crashed at {} ms: admitted {} under {} leases, settled {} ({}){}",
             s.agent,
             s.crash_at_ms,
             s.admitted,
             s.leases,
             s.charged(),
-            s.released,
-            s.released_used,
-            s.expired,
-            s.expired_used,
-            s.open,
-            s.open_credit,
+            s.books(),
             if s.holds() { "" } else { "  SPENT TWICE" },
         );
     }

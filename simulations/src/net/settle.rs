@@ -294,6 +294,19 @@ impl Settlement {
     pub fn holds(&self) -> bool {
         self.charged() >= self.admitted
     }
+
+    /// How the leases left the books, in words: released, written off, still open.
+    pub fn books(&self) -> String {
+        format!(
+            "released {} at mark {}, written off {} ({} units), open {} ({} units)",
+            self.released,
+            self.released_used,
+            self.expired,
+            self.expired_used,
+            self.open,
+            self.open_credit
+        )
+    }
 }
 
 #[cfg(test)]

@@ -195,18 +195,12 @@ fn crash_facts(out: &mut ScenarioReport, label: &str, cfg: &NetConfig, s: &Settl
         load_at(cfg, s.crash_at_ms)
     );
     let value = format!(
-        "{} leases, credit {} at the crash, admitted {}, unspent {}; released {} at mark {}, \
-         written off {} ({} units), open {} ({} units); counted spent {}",
+        "{} leases, credit {} at the crash, admitted {}, unspent {}; {}; counted spent {}",
         s.leases,
         s.credit_at_crash,
         s.admitted,
         s.unspent_at_crash(),
-        s.released,
-        s.released_used,
-        s.expired,
-        s.expired_used,
-        s.open,
-        s.open_credit,
+        s.books(),
         s.charged()
     );
     out.fact(&name, value);

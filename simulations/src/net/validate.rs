@@ -182,23 +182,15 @@ impl NetConfig {
                 | Action::ClockOffset { agent, .. } => Some(agent),
                 _ => None,
             };
-            if agent.is_some_and(|a| a >= self.agents) {
-                return invalid(
-                    "script.agent",
-                    agent.unwrap_or(0) as u64,
-                    "no such agent in the run",
-                );
+            if let Some(agent) = agent.filter(|&a| a >= self.agents) {
+                return invalid("script.agent", agent as u64, "no such agent in the run");
             }
             let node = match s.action {
                 Action::IsolateAllocator { node } | Action::RejoinAllocator { node } => Some(node),
                 _ => None,
             };
-            if node.is_some_and(|n| n >= self.cluster) {
-                return invalid(
-                    "script.node",
-                    node.unwrap_or(0) as u64,
-                    "no such allocator in the run",
-                );
+            if let Some(node) = node.filter(|&n| n >= self.cluster) {
+                return invalid("script.node", node as u64, "no such allocator in the run");
             }
             if s.action.is_allocator_fault() && self.cluster < 2 {
                 return invalid(
@@ -260,6 +252,19 @@ mod tests {
         assert_eq!(
             refused_field(script(Action::IsolateAllocator { node: 0 })),
             "script.at_ms"
+        );
+        let cluster = NetConfig::quick_cluster();
+        assert_eq!(
+            refused_field(NetConfig {
+                script: vec![Scheduled {
+                    at_ms: 2_000,
+                    action: Action::IsolateAllocator {
+                        node: cluster.cluster
+                    },
+                }],
+                ..cluster
+            }),
+            "script.node"
         );
         assert_eq!(
             refused_field(NetConfig {

@@ -106,6 +106,16 @@ impl Rate {
     }
 }
 
+/// `n / d` and `n % d`, in 64 bits when `n` fits: the 128-bit division is a library call
+/// that costs more than the rest of a limiter's check.
+#[inline]
+pub fn div_rem_wide(n: u128, d: u64) -> (u128, u64) {
+    match u64::try_from(n) {
+        Ok(n) => (u128::from(n / d), n % d),
+        Err(_) => (n / u128::from(d), (n % u128::from(d)) as u64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +192,18 @@ mod tests {
                         assert_eq!(r.ns_until(a, frac), ns, "{r:?} {a} {frac}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_division_agrees_with_u128() {
+        let ns = [0, 1, 7, u128::from(u64::MAX) - 1, u128::from(u64::MAX)];
+        let ns = ns.into_iter().chain([1 << 64, (1 << 64) + 5, u128::MAX]);
+        for n in ns {
+            for d in [1, 3, 1_000_000_000, u64::MAX] {
+                let want = (n / u128::from(d), (n % u128::from(d)) as u64);
+                assert_eq!(div_rem_wide(n, d), want, "{n} / {d}");
             }
         }
     }

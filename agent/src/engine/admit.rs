@@ -3,65 +3,22 @@
 use super::config::UnknownPolicy;
 use super::decision::{Decision, Denial, DenyReason, Outcome};
 use super::policy::CompiledPolicy;
-use super::request::{AdmitRequest, Dimension, Target};
+use super::request::{AdmitRequest, Dimension};
+use super::resolve::{resolve, Plan, Resolved};
 use super::results::Parts;
-use super::rules::{PolicyHints, RuleSet};
+use super::rules::RuleSet;
 use super::stats::Count;
 use super::stripes::Slot;
 use super::table::Entry;
 use super::tcache::{self, Scratch};
+use super::undo::{Charge, ChargeKind, Charges};
 use super::Engine;
-use leasehold_common::policy::envoy::MatchedRule;
 use leasehold_common::time::Nanos;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
-
-/// A charge that a later refusal must undo.
-pub(crate) enum Charge {
-    Slot {
-        entry: Arc<Entry>,
-        units: u64,
-        ticket: crate::credit::SpendTicket,
-    },
-    Local {
-        entry: Arc<Entry>,
-        units: u64,
-        at: Nanos,
-        wall: jiff::Timestamp,
-    },
-    InFlight {
-        entry: Arc<Entry>,
-        units: u64,
-    },
-    Emergency {
-        entry: Arc<Entry>,
-        units: u64,
-        at: Nanos,
-    },
-}
-
-/// What one dimension resolved to before anything was charged.
-#[derive(Copy, Clone)]
-enum Resolved<'r> {
-    NoRule,
-    UnknownPolicy,
-    Unlimited,
-    ZeroLimit { shadow: bool },
-    Policy(&'r CompiledPolicy),
-    Replaced(&'r CompiledPolicy),
-}
-
-impl<'r> Resolved<'r> {
-    fn policy(self) -> Option<&'r CompiledPolicy> {
-        match self {
-            Resolved::Policy(p) | Resolved::Replaced(p) => Some(p),
-            _ => None,
-        }
-    }
-}
 
 /// The answer of one dimension's check.
 pub(crate) struct Step {
@@ -98,10 +55,11 @@ pub(crate) struct Ctx<'e> {
     /// Whether charges must be kept for undoing: only when another dimension may refuse
     /// after this one has charged (a lone dimension that charged has admitted).
     pub(crate) keep: bool,
-    /// What the dimension just checked charged, if it must be undone on a later refusal
-    /// or held until the request ends (concurrency). Kept here rather than in the
-    /// [`Step`] so that steps stay small and are written where they are read.
-    pub(crate) charge: Option<Charge>,
+    /// The dimension being checked.
+    index: usize,
+    /// What the dimensions charged, if it must be undone on a later refusal or held
+    /// until the request ends (concurrency).
+    charges: Charges,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
 }
@@ -111,72 +69,20 @@ impl Ctx<'_> {
     pub(crate) fn wall(&mut self) -> jiff::Timestamp {
         *self.wall.get_or_insert_with(|| (self.clock)())
     }
-}
 
-/// Inline for policy ids: returned from a call, the resolution is read back in pieces
-/// other than those it was written in, and the read waits.
-#[inline]
-fn resolve<'r>(
-    rules: &'r RuleSet,
-    dim: &Dimension<'_>,
-    hints: &mut PolicyHints,
-) -> (Resolved<'r>, Option<&'r MatchedRule>) {
-    match dim.target {
-        Target::Policy(id) => match rules.policy_hinted(id, hints) {
-            Some(p) => (Resolved::Policy(p), None),
-            None => (Resolved::UnknownPolicy, None),
-        },
-        Target::Envoy { domain } => resolve_envoy(rules, domain, dim),
+    /// Starts dimension `index`'s check, which must keep its charges if `keep`.
+    #[inline(always)]
+    fn begin(&mut self, index: usize, keep: bool) {
+        self.index = index;
+        self.keep = keep;
     }
-}
 
-fn resolve_envoy<'r>(
-    rules: &'r RuleSet,
-    domain: &str,
-    dim: &Dimension<'_>,
-) -> (Resolved<'r>, Option<&'r MatchedRule>) {
-    let Some(rule) = rules
-        .envoy
-        .as_ref()
-        .and_then(|e| e.lookup(domain, dim.entries))
-    else {
-        return (Resolved::NoRule, None);
-    };
-    let resolved = if rule.unlimited {
-        Resolved::Unlimited
-    } else if rule.limit.is_none_or(|l| l.requests_per_unit == 0) {
-        Resolved::ZeroLimit {
-            shadow: rule.shadow_mode,
-        }
-    } else {
-        rules
-            .envoy_policy(&rule.rule_id)
-            .map_or(Resolved::NoRule, Resolved::Policy)
-    };
-    (resolved, Some(rule))
-}
-
-/// A rule named in another matched rule's `replaces` is not applied to this request.
-fn apply_replaces(resolved: &mut [(Resolved<'_>, Option<&MatchedRule>)]) {
-    if !resolved
-        .iter()
-        .any(|(_, r)| r.is_some_and(|r| !r.replaces.is_empty()))
-    {
-        return;
-    }
-    for i in 0..resolved.len() {
-        let (Resolved::Policy(p), Some(rule)) = resolved[i] else {
-            continue;
-        };
-        let Some(name) = rule.name.as_deref() else {
-            continue;
-        };
-        let replaced = resolved.iter().enumerate().any(|(j, (_, other))| {
-            j != i && other.is_some_and(|o| o.replaces.iter().any(|n| n == name))
-        });
-        if replaced {
-            resolved[i].0 = Resolved::Replaced(p);
-        }
+    /// Records what the dimension being checked charged to `entry`.
+    #[inline(always)]
+    pub(crate) fn charged(&mut self, kind: ChargeKind, entry: &Arc<Entry>, units: u64) {
+        let wall = self.wall.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let entry = Arc::clone(entry);
+        (self.charges).keep(self.index, kind, entry, units, self.now, wall);
     }
 }
 
@@ -246,45 +152,48 @@ impl Engine {
         decision: &mut Decision,
         mut scratch: Scratch<'_>,
     ) {
-        let mut resolved: Inline<_> = SmallVec::new();
-        for d in req.dimensions {
-            resolved.push(resolve(rules, d, scratch.hints));
-        }
-        apply_replaces(&mut resolved);
+        let plan = Plan::of(rules, req.dimensions, scratch.hints);
 
-        let mut ctx = self.ctx(req, now, true);
-        let mut charges: Inline<(Option<Charge>, u64)> = SmallVec::new();
+        let mut ctx = self.ctx(req, now);
+        let mut units: Inline<u64> = SmallVec::new();
         let last = req.dimensions.len().saturating_sub(1);
-        for (i, (dim, (res, _))) in req.dimensions.iter().zip(&resolved).enumerate() {
+        for (i, dim) in req.dimensions.iter().enumerate() {
+            let res = plan.get(i);
             // No dimension checked after the last can refuse: its charge stands.
-            ctx.keep = i < last;
-            let units = res.policy().map_or(0, |p| units_of(p, req));
+            ctx.begin(i, i < last);
+            let cost = res.policy().map_or(0, |p| units_of(p, req));
+            units.push(cost);
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else {
-                self.check(*res, dim, units, &mut ctx, scratch.reborrow())
+                self.check(res, dim, cost, &mut ctx, scratch.reborrow())
             };
             note_refusal(decision, i, &step);
-            push_result(decision, *res, &step);
-            charges.push((ctx.charge.take(), units));
+            push_result(decision, res, &step);
         }
 
         let refused = decision.denial.is_some();
         decision.allowed = !refused;
-        for (i, (charge, units)) in charges.drain(..).enumerate() {
-            if let Some(charge) = charge {
-                if refused {
-                    self.undo(charge);
-                    decision.results[i].outcome = Outcome::RolledBack;
-                } else if let Charge::InFlight { entry, units } = charge {
-                    decision.in_flight.push(entry, units);
-                }
+        for i in 0..req.dimensions.len() {
+            if let Some(charge) = ctx.charges.take(i) {
+                self.settle(charge, refused, i, decision);
             }
-            if let Some(p) = resolved[i].0.policy() {
+            if let Some(p) = plan.policy(i) {
                 p.runtime
                     .counters
-                    .record(decision.results[i].outcome, units, slot);
+                    .record(decision.results[i].outcome, units[i], slot);
             }
+        }
+    }
+
+    /// A kept charge once the request is decided: undone if it was refused, held in the
+    /// decision if it is a concurrency unit, else let go.
+    fn settle(&self, charge: Charge, refused: bool, index: usize, d: &mut Decision) {
+        if refused {
+            self.undo(charge);
+            d.results[index].outcome = Outcome::RolledBack;
+        } else if let ChargeKind::InFlight = charge.kind {
+            d.in_flight.push(charge.entry, charge.units);
         }
     }
 
@@ -301,15 +210,16 @@ impl Engine {
         scratch: Scratch<'_>,
     ) {
         let (res, _) = resolve(rules, dim, scratch.hints);
-        let mut ctx = self.ctx(req, now, false);
+        let mut ctx = self.ctx(req, now);
+        ctx.begin(0, false);
         let units = res.policy().map_or(0, |p| units_of(p, req));
         let step = self.check(res, dim, units, &mut ctx, scratch);
         note_refusal(decision, 0, &step);
         decision.allowed = decision.denial.is_none();
         push_result(decision, res, &step);
-        // Looked at in place: taken out, the charge is copied whole whatever it is.
-        if let Some(Charge::InFlight { .. }) = &ctx.charge {
-            if let Some(Charge::InFlight { entry, units }) = ctx.charge.take() {
+        // Only concurrency units are kept for a lone dimension.
+        if !ctx.charges.is_empty() {
+            if let Some(Charge { entry, units, .. }) = ctx.charges.take(0) {
                 decision.in_flight.push(entry, units);
             }
         }
@@ -320,12 +230,13 @@ impl Engine {
 
     /// The context of one request's dimension checks.
     #[inline]
-    fn ctx(&self, req: &AdmitRequest<'_>, now: Nanos, keep: bool) -> Ctx<'_> {
+    fn ctx(&self, req: &AdmitRequest<'_>, now: Nanos) -> Ctx<'_> {
         Ctx {
             now,
             priority: req.priority,
-            keep,
-            charge: None,
+            keep: false,
+            index: 0,
+            charges: Charges::new(),
             wall: None,
             clock: &self.wall_clock,
         }
@@ -381,29 +292,28 @@ impl Engine {
     }
 
     fn undo(&self, charge: Charge) {
-        match charge {
-            Charge::Slot {
-                entry,
-                units,
-                ticket,
-            } => {
-                if let super::table::EntryState::Leased { slot, .. } = &entry.state {
+        use super::table::EntryState;
+        let Charge {
+            kind,
+            entry,
+            units,
+            at,
+            wall,
+        } = charge;
+        match kind {
+            ChargeKind::Slot(ticket) => {
+                if let EntryState::Leased { slot, .. } = &entry.state {
                     // Refused once the lease closed: the units then count as spent.
                     slot.refund(units, ticket);
                 }
             }
-            Charge::Local {
-                entry,
-                units,
-                at,
-                wall,
-            } => {
-                if let super::table::EntryState::Local(limiter) = &entry.state {
+            ChargeKind::Local => {
+                if let EntryState::Local(limiter) = &entry.state {
                     limiter.lock().refund(units, at, wall);
                 }
             }
-            Charge::InFlight { entry, units } => entry.release_in_flight(units),
-            Charge::Emergency { entry, units, at } => {
+            ChargeKind::InFlight => entry.release_in_flight(units),
+            ChargeKind::Emergency => {
                 if let Some(bucket) = entry.emergency.lock().as_mut() {
                     use leasehold_common::algo::Limiter;
                     bucket.refund(units, at);

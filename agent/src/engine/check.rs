@@ -1,6 +1,6 @@
 //! Checking one policy dimension: overrides, the key's state, then its algorithm.
 
-use super::admit::{Charge, Ctx, Step};
+use super::admit::{Ctx, Step};
 use super::decision::{DenyReason, Outcome};
 use super::fastkey::{values_hash, PlainValues};
 use super::local::LocalLimiter;
@@ -8,6 +8,7 @@ use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
 use super::tcache::{EntryCache, KeyBuffers, Scratch};
+use super::undo::ChargeKind;
 use super::Engine;
 use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
 use leasehold_common::rate::Rate;
@@ -176,6 +177,7 @@ impl Engine {
     }
 }
 
+#[inline]
 fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::Local(limiter) = &entry.state else {
         unreachable!("called for local entries only");
@@ -199,12 +201,7 @@ fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
         };
     }
     if ctx.keep {
-        ctx.charge = Some(Charge::Local {
-            entry: Arc::clone(entry),
-            units,
-            at: ctx.now,
-            wall,
-        });
+        ctx.charged(ChargeKind::Local, entry, units);
     }
     Step {
         outcome: Outcome::Admitted,
@@ -223,10 +220,7 @@ fn check_in_flight(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     match entry.acquire_in_flight(units) {
         Ok(count) => {
             // Held until the request ends, whether or not a later dimension may refuse.
-            ctx.charge = Some(Charge::InFlight {
-                entry: Arc::clone(entry),
-                units,
-            });
+            ctx.charged(ChargeKind::InFlight, entry, units);
             Step {
                 outcome: Outcome::Admitted,
                 remaining: max - count,
@@ -259,11 +253,7 @@ pub(crate) fn restricted(
     match bucket.try_take(units, ctx.now) {
         AlgoDecision::Admit { remaining } => {
             if ctx.keep {
-                ctx.charge = Some(Charge::Emergency {
-                    entry: Arc::clone(entry),
-                    units,
-                    at: ctx.now,
-                });
+                ctx.charged(ChargeKind::Emergency, entry, units);
             }
             Step {
                 outcome: Outcome::Restricted,

@@ -220,35 +220,42 @@ impl FastKey {
         }
     }
 
-    /// Whether `key` is the key of `values`, compared in place.
+    /// Whether `key`, a key of this policy version, is the key of `values`, compared in
+    /// place.
     ///
     /// When `key` is the canonical key of plain values, a match means `values` are those
     /// very values, so they need no checking of their own: a plain value holds no `/`,
     /// which starts every later part's prefix, and no dimension name is a prefix of
-    /// another followed by `=`; so the value boundaries cannot shift.
+    /// another followed by `=`; so the value boundaries cannot shift. The first prefix
+    /// begins every key of the version and is not compared.
     #[inline(always)]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
         let len = self.fixed_len + values.iter().map(|v| v.len()).sum::<usize>();
         if key.len() != len {
             return false;
         }
-        if self.parts.is_empty() {
+        let Some((first, later)) = self.parts.split_first() else {
             return same(key, &self.head);
-        }
+        };
         // Bytes rather than `str` slices: the lengths add up to the key's, so no bound
         // fails, and byte ranges need no character-boundary checks.
         let key = key.as_bytes();
-        let mut at = 0;
-        for (part, value) in self.parts.iter().zip(values) {
+        let mut at = first.prefix.len();
+        let mut values = values.iter();
+        let value_here = |at: &mut usize, value: &str| {
+            let found = key.get(*at..*at + value.len());
+            *at += value.len();
+            found.is_some_and(|found| same_bytes(found, value.as_bytes()))
+        };
+        if !values.next().is_some_and(|v| value_here(&mut at, v)) {
+            return false;
+        }
+        for (part, value) in later.iter().zip(values) {
             let Some(prefix) = key.get(at..at + part.prefix.len()) else {
                 return false;
             };
             at += part.prefix.len();
-            let Some(found) = key.get(at..at + value.len()) else {
-                return false;
-            };
-            at += value.len();
-            if !same_bytes(prefix, part.prefix.as_bytes()) || !same_bytes(found, value.as_bytes()) {
+            if !same_bytes(prefix, part.prefix.as_bytes()) || !value_here(&mut at, value) {
                 return false;
             }
         }

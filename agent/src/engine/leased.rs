@@ -1,12 +1,13 @@
 //! Spending leased credit, and the policy's failure behaviour when there is no live lease.
 
 use super::acquire::{self, AcquireRequest};
-use super::admit::{Charge, Ctx, Step};
+use super::admit::{Ctx, Step};
 use super::check::restricted;
 use super::decision::{DenyReason, Outcome};
 use super::policy::CompiledPolicy;
 use super::stats::Count;
 use super::table::{Entry, EntryState, NOT_ACQUIRING};
+use super::undo::ChargeKind;
 use super::Engine;
 use crate::credit::{CreditSlot, SlotState, SpendTicket};
 use leasehold_common::policy::FailureMode;
@@ -164,11 +165,7 @@ fn admitted(
     ctx: &mut Ctx<'_>,
 ) -> Step {
     if ctx.keep {
-        ctx.charge = Some(Charge::Slot {
-            entry: Arc::clone(entry),
-            units,
-            ticket,
-        });
+        ctx.charged(ChargeKind::Slot(ticket), entry, units);
     }
     let remaining = slot.remaining();
     Step {

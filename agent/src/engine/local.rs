@@ -145,6 +145,7 @@ pub(crate) struct LocalCharge {
 
 impl LocalLimiter {
     /// Charges `cost` at monotonic `now` (wall time `wall` for calendar quotas).
+    #[inline]
     pub(crate) fn try_take(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) -> LocalCharge {
         let decision = match self {
             LocalLimiter::TokenBucket(l) => l.try_take(cost, now),
@@ -179,6 +180,7 @@ impl LocalLimiter {
         }
     }
 
+    #[inline]
     fn reset_after_ns(&self, now: Nanos, wall: jiff::Timestamp) -> u64 {
         match self {
             LocalLimiter::TokenBucket(l) => l.ns_until(l.burst()),

@@ -59,12 +59,14 @@ mod policy;
 mod protect;
 mod readlock;
 mod request;
+mod resolve;
 mod results;
 mod rules;
 mod stats;
 mod stripes;
 mod table;
 mod tcache;
+mod undo;
 
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{

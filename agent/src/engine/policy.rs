@@ -182,6 +182,10 @@ impl CompiledPolicy {
     /// Time for the policy's rate to produce `units`; a retry hint for leased credit.
     #[inline(always)]
     pub(crate) fn ns_to_earn(&self, units: u64) -> u64 {
-        self.rate.map_or(0, |rate| rate.ns_until(units, 0))
+        // Matched by reference: `map_or` copied the rate out and stayed a call.
+        match &self.rate {
+            Some(rate) if units > 0 => rate.ns_until(units, 0),
+            _ => 0,
+        }
     }
 }

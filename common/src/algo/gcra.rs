@@ -24,7 +24,7 @@
 //! step backwards neither refills nor shortens a wait.
 
 use super::{Decision, Limiter};
-use crate::rate::Rate;
+use crate::rate::{div_rem_wide, Rate};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -155,11 +155,12 @@ impl Gcra {
     /// Stores a scaled TAT; returns `false` (storing nothing) if its whole nanoseconds do
     /// not fit the u64 timeline.
     fn store_tat(&mut self, tat: u128) -> bool {
-        let Ok(ns) = u64::try_from(tat / self.units()) else {
+        let (ns, frac) = div_rem_wide(tat, self.rate.units());
+        let Ok(ns) = u64::try_from(ns) else {
             return false;
         };
         self.tat_ns = ns;
-        self.tat_frac = (tat % self.units()) as u64;
+        self.tat_frac = frac;
         true
     }
 
@@ -167,7 +168,8 @@ impl Gcra {
     fn credit_units(&self, now_s: u128, tat: u128) -> u64 {
         let debt = tat.saturating_sub(now_s);
         let credit = self.burst_scaled().saturating_sub(debt);
-        u64::try_from(credit / self.period()).unwrap_or(u64::MAX)
+        let (units, _) = div_rem_wide(credit, self.rate.period_ns());
+        u64::try_from(units).unwrap_or(u64::MAX)
     }
 
     /// Smallest wait after `now_s` at which `cost` (≤ burst) fits, given the current TAT.
@@ -183,6 +185,7 @@ impl Gcra {
 }
 
 impl Limiter for Gcra {
+    #[inline]
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         let now = now.max(self.last);
         self.last = now;

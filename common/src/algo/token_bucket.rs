@@ -149,6 +149,7 @@ impl TokenBucket {
 }
 
 impl Limiter for TokenBucket {
+    #[inline]
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         self.refill(now);
         if self.take_exact(cost) {

@@ -1,0 +1,172 @@
+//! What each dimension of a request resolves to (a policy, an Envoy rule's answer, or no
+//! rule) before anything is charged.
+
+use super::policy::CompiledPolicy;
+use super::request::{Dimension, Target};
+use super::rules::{PolicyHints, RuleSet};
+use leasehold_common::policy::envoy::MatchedRule;
+use smallvec::SmallVec;
+
+type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
+
+/// What one dimension resolved to.
+#[derive(Copy, Clone)]
+pub(crate) enum Resolved<'r> {
+    NoRule,
+    UnknownPolicy,
+    Unlimited,
+    ZeroLimit { shadow: bool },
+    Policy(&'r CompiledPolicy),
+    Replaced(&'r CompiledPolicy),
+}
+
+impl<'r> Resolved<'r> {
+    pub(crate) fn policy(self) -> Option<&'r CompiledPolicy> {
+        match self {
+            Resolved::Policy(p) | Resolved::Replaced(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            Resolved::NoRule => Kind::NoRule,
+            Resolved::UnknownPolicy => Kind::UnknownPolicy,
+            Resolved::Unlimited => Kind::Unlimited,
+            Resolved::ZeroLimit { shadow: false } => Kind::ZeroLimit,
+            Resolved::ZeroLimit { shadow: true } => Kind::ZeroLimitShadow,
+            Resolved::Policy(_) => Kind::Policy,
+            Resolved::Replaced(_) => Kind::Replaced,
+        }
+    }
+}
+
+/// [`Resolved`] without its policy.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Kind {
+    NoRule,
+    UnknownPolicy,
+    Unlimited,
+    ZeroLimit,
+    ZeroLimitShadow,
+    Policy,
+    Replaced,
+}
+
+/// Inline for policy ids: returned from a call, the resolution is read back in pieces
+/// other than those it was written in, and the read waits.
+#[inline]
+pub(crate) fn resolve<'r>(
+    rules: &'r RuleSet,
+    dim: &Dimension<'_>,
+    hints: &mut PolicyHints,
+) -> (Resolved<'r>, Option<&'r MatchedRule>) {
+    match dim.target {
+        Target::Policy(id) => match rules.policy_hinted(id, hints) {
+            Some(p) => (Resolved::Policy(p), None),
+            None => (Resolved::UnknownPolicy, None),
+        },
+        Target::Envoy { domain } => resolve_envoy(rules, domain, dim),
+    }
+}
+
+fn resolve_envoy<'r>(
+    rules: &'r RuleSet,
+    domain: &str,
+    dim: &Dimension<'_>,
+) -> (Resolved<'r>, Option<&'r MatchedRule>) {
+    let Some(rule) = rules
+        .envoy
+        .as_ref()
+        .and_then(|e| e.lookup(domain, dim.entries))
+    else {
+        return (Resolved::NoRule, None);
+    };
+    let resolved = if rule.unlimited {
+        Resolved::Unlimited
+    } else if rule.limit.is_none_or(|l| l.requests_per_unit == 0) {
+        Resolved::ZeroLimit {
+            shadow: rule.shadow_mode,
+        }
+    } else {
+        rules
+            .envoy_policy(&rule.rule_id)
+            .map_or(Resolved::NoRule, Resolved::Policy)
+    };
+    (resolved, Some(rule))
+}
+
+/// The resolutions of a request's dimensions, in order. Kinds and policies are kept apart:
+/// pushed as one value, a resolution is assembled on the stack and copied in with one wide
+/// read of pieces just stored, and that read waits for them (a store-forwarding stall that
+/// cost a tenth of a three-dimension decision).
+pub(crate) struct Plan<'r> {
+    kinds: Inline<Kind>,
+    policies: Inline<Option<&'r CompiledPolicy>>,
+}
+
+impl<'r> Plan<'r> {
+    /// Resolves every dimension; a rule named in another matched rule's `replaces` is not
+    /// applied to this request.
+    #[inline]
+    pub(crate) fn of(rules: &'r RuleSet, dims: &[Dimension<'_>], hints: &mut PolicyHints) -> Self {
+        let mut plan = Plan {
+            kinds: SmallVec::new(),
+            policies: SmallVec::new(),
+        };
+        let mut matched: Inline<Option<&MatchedRule>> = SmallVec::new();
+        for d in dims {
+            let (res, rule) = resolve(rules, d, hints);
+            plan.kinds.push(res.kind());
+            plan.policies.push(res.policy());
+            matched.push(rule);
+        }
+        plan.apply_replaces(&matched);
+        plan
+    }
+
+    fn apply_replaces(&mut self, matched: &[Option<&MatchedRule>]) {
+        if !matched
+            .iter()
+            .any(|r| r.is_some_and(|r| !r.replaces.is_empty()))
+        {
+            return;
+        }
+        for (i, kind) in self.kinds.iter_mut().enumerate() {
+            let (Kind::Policy, Some(rule)) = (*kind, matched[i]) else {
+                continue;
+            };
+            let Some(name) = rule.name.as_deref() else {
+                continue;
+            };
+            let replaced = matched.iter().enumerate().any(|(j, other)| {
+                j != i && other.is_some_and(|o| o.replaces.iter().any(|n| n == name))
+            });
+            if replaced {
+                *kind = Kind::Replaced;
+            }
+        }
+    }
+
+    /// Dimension `i`'s resolution.
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> Resolved<'r> {
+        match (self.kinds[i], self.policies[i]) {
+            (Kind::Policy, Some(p)) => Resolved::Policy(p),
+            (Kind::Replaced, Some(p)) => Resolved::Replaced(p),
+            (Kind::Unlimited, _) => Resolved::Unlimited,
+            (Kind::ZeroLimit, _) => Resolved::ZeroLimit { shadow: false },
+            (Kind::ZeroLimitShadow, _) => Resolved::ZeroLimit { shadow: true },
+            (Kind::UnknownPolicy, _) => Resolved::UnknownPolicy,
+            // Policy kinds are stored with their policy (`Resolved::policy`), so this is
+            // only ever a resolution to no rule.
+            (Kind::NoRule | Kind::Policy | Kind::Replaced, _) => Resolved::NoRule,
+        }
+    }
+
+    /// Dimension `i`'s policy, applied or replaced.
+    #[inline(always)]
+    pub(crate) fn policy(&self, i: usize) -> Option<&'r CompiledPolicy> {
+        self.policies[i]
+    }
+}

@@ -1,7 +1,7 @@
 //! One admission: resolve every dimension, charge in order, undo on refusal.
 
 use super::config::UnknownPolicy;
-use super::decision::{Decision, Denial, DenyReason, Outcome};
+use super::decision::{Decision, Denial, DenyReason, Outcome, DIMENSIONS_LIMIT};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension};
 use super::resolve::{resolve, Plan, Resolved};
@@ -14,11 +14,8 @@ use super::tcache::{self, Scratch};
 use super::undo::{Charge, ChargeKind, Charges};
 use super::Engine;
 use leasehold_common::time::Nanos;
-use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
 
 /// The answer of one dimension's check.
 pub(crate) struct Step {
@@ -155,14 +152,14 @@ impl Engine {
         let plan = Plan::of(rules, req.dimensions, scratch.hints);
 
         let mut ctx = self.ctx(req, now);
-        let mut units: Inline<u64> = SmallVec::new();
+        let mut units = [0u64; DIMENSIONS_LIMIT];
         let last = req.dimensions.len().saturating_sub(1);
         for (i, dim) in req.dimensions.iter().enumerate() {
             let res = plan.get(i);
             // No dimension checked after the last can refuse: its charge stands.
             ctx.begin(i, i < last);
             let cost = res.policy().map_or(0, |p| units_of(p, req));
-            units.push(cost);
+            units[i] = cost;
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else {
@@ -174,14 +171,14 @@ impl Engine {
 
         let refused = decision.denial.is_some();
         decision.allowed = !refused;
-        for i in 0..req.dimensions.len() {
+        for (i, &units) in units.iter().enumerate().take(req.dimensions.len()) {
             if let Some(charge) = ctx.charges.take(i) {
                 self.settle(charge, refused, i, decision);
             }
             if let Some(p) = plan.policy(i) {
                 p.runtime
                     .counters
-                    .record(decision.results[i].outcome, units[i], slot);
+                    .record(decision.results[i].outcome, units, slot);
             }
         }
     }

@@ -5,9 +5,8 @@ use super::policy::CompiledPolicy;
 use super::request::{Dimension, Target};
 use super::rules::{PolicyHints, RuleSet};
 use leasehold_common::policy::envoy::MatchedRule;
-use smallvec::SmallVec;
 
-type Inline<T> = SmallVec<[T; super::DIMENSIONS_LIMIT]>;
+const LIMIT: usize = super::DIMENSIONS_LIMIT;
 
 /// What one dimension resolved to.
 #[derive(Copy, Clone)]
@@ -99,32 +98,36 @@ fn resolve_envoy<'r>(
 /// The resolutions of a request's dimensions, in order. Kinds and policies are kept apart:
 /// pushed as one value, a resolution is assembled on the stack and copied in with one wide
 /// read of pieces just stored, and that read waits for them (a store-forwarding stall that
-/// cost a tenth of a three-dimension decision).
+/// cost a tenth of a three-dimension decision). Plain arrays: the engine refuses requests
+/// of more dimensions before planning, and a growable vector checked its capacity on every
+/// push and read.
 pub(crate) struct Plan<'r> {
-    kinds: Inline<Kind>,
-    policies: Inline<Option<&'r CompiledPolicy>>,
+    kinds: [Kind; LIMIT],
+    policies: [Option<&'r CompiledPolicy>; LIMIT],
 }
 
 impl<'r> Plan<'r> {
-    /// Resolves every dimension; a rule named in another matched rule's `replaces` is not
-    /// applied to this request.
+    /// Resolves every dimension (at most [`DIMENSIONS_LIMIT`](super::DIMENSIONS_LIMIT);
+    /// more panic); a rule named in another matched rule's `replaces` is not applied to
+    /// this request.
     #[inline]
     pub(crate) fn of(rules: &'r RuleSet, dims: &[Dimension<'_>], hints: &mut PolicyHints) -> Self {
         let mut plan = Plan {
-            kinds: SmallVec::new(),
-            policies: SmallVec::new(),
+            kinds: [Kind::NoRule; LIMIT],
+            policies: [None; LIMIT],
         };
-        let mut matched: Inline<Option<&MatchedRule>> = SmallVec::new();
-        for d in dims {
+        let mut matched: [Option<&MatchedRule>; LIMIT] = [None; LIMIT];
+        for (i, d) in dims.iter().enumerate() {
             let (res, rule) = resolve(rules, d, hints);
-            plan.kinds.push(res.kind());
-            plan.policies.push(res.policy());
-            matched.push(rule);
+            plan.kinds[i] = res.kind();
+            plan.policies[i] = res.policy();
+            matched[i] = rule;
         }
-        plan.apply_replaces(&matched);
+        plan.apply_replaces(&matched[..dims.len()]);
         plan
     }
 
+    /// `matched[i]`: the rule dimension `i` matched, if any.
     fn apply_replaces(&mut self, matched: &[Option<&MatchedRule>]) {
         if !matched
             .iter()
@@ -132,8 +135,8 @@ impl<'r> Plan<'r> {
         {
             return;
         }
-        for (i, kind) in self.kinds.iter_mut().enumerate() {
-            let (Kind::Policy, Some(rule)) = (*kind, matched[i]) else {
+        for (i, (kind, &rule)) in self.kinds.iter_mut().zip(matched).enumerate() {
+            let (Kind::Policy, Some(rule)) = (*kind, rule) else {
                 continue;
             };
             let Some(name) = rule.name.as_deref() else {

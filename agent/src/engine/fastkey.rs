@@ -242,12 +242,7 @@ impl FastKey {
         let key = key.as_bytes();
         let mut at = first.prefix.len();
         let mut values = values.iter();
-        let value_here = |at: &mut usize, value: &str| {
-            let found = key.get(*at..*at + value.len());
-            *at += value.len();
-            found.is_some_and(|found| same_bytes(found, value.as_bytes()))
-        };
-        if !values.next().is_some_and(|v| value_here(&mut at, v)) {
+        if !values.next().is_some_and(|v| value_at(key, &mut at, v)) {
             return false;
         }
         for (part, value) in later.iter().zip(values) {
@@ -255,7 +250,7 @@ impl FastKey {
                 return false;
             };
             at += part.prefix.len();
-            if !same_bytes(prefix, part.prefix.as_bytes()) || !value_here(&mut at, value) {
+            if !same_bytes(prefix, part.prefix.as_bytes()) || !value_at(key, &mut at, value) {
                 return false;
             }
         }
@@ -286,6 +281,14 @@ pub(crate) fn values_hash(values: &[&str], seed: u64) -> u64 {
         h ^= h >> 29;
     }
     h
+}
+
+/// Whether `key` holds `value` at `at`, which moves past it.
+#[inline(always)]
+fn value_at(key: &[u8], at: &mut usize, value: &str) -> bool {
+    let found = key.get(*at..*at + value.len());
+    *at += value.len();
+    found.is_some_and(|found| same_bytes(found, value.as_bytes()))
 }
 
 /// The value of `name` if it is given exactly once.

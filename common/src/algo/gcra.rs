@@ -119,6 +119,7 @@ impl Gcra {
     }
 
     /// The theoretical arrival time, rounded up to whole nanoseconds.
+    #[inline]
     pub fn tat(&self) -> Nanos {
         Nanos(self.tat_ns.saturating_add(u64::from(self.tat_frac > 0)))
     }
@@ -130,30 +131,36 @@ impl Gcra {
         self.credit_units(self.scaled(now), self.tat_scaled())
     }
 
+    #[inline]
     fn units(&self) -> u128 {
         u128::from(self.rate.units())
     }
 
+    #[inline]
     fn period(&self) -> u128 {
         u128::from(self.rate.period_ns())
     }
 
     /// `t` in scaled nanoseconds (`ns × units`).
+    #[inline]
     fn scaled(&self, t: Nanos) -> u128 {
         u128::from(t.0) * self.units()
     }
 
+    #[inline]
     fn tat_scaled(&self) -> u128 {
         u128::from(self.tat_ns) * self.units() + u128::from(self.tat_frac)
     }
 
     /// `B·I` in scaled nanoseconds.
+    #[inline]
     fn burst_scaled(&self) -> u128 {
         u128::from(self.burst) * self.period()
     }
 
     /// Stores a scaled TAT; returns `false` (storing nothing) if its whole nanoseconds do
     /// not fit the u64 timeline.
+    #[inline]
     fn store_tat(&mut self, tat: u128) -> bool {
         let (ns, frac) = div_rem_wide(tat, self.rate.units());
         let Ok(ns) = u64::try_from(ns) else {
@@ -165,6 +172,7 @@ impl Gcra {
     }
 
     /// Whole units of credit at scaled time `now_s` given a scaled TAT.
+    #[inline]
     fn credit_units(&self, now_s: u128, tat: u128) -> u64 {
         let debt = tat.saturating_sub(now_s);
         let credit = self.burst_scaled().saturating_sub(debt);

@@ -71,6 +71,7 @@ impl TokenBucket {
 
     /// Refills up to `cap` (never above the burst). Returns `true` if `now` was behind the
     /// last refill and was treated as no elapsed time.
+    #[inline]
     pub fn refill_capped(&mut self, now: Nanos, cap: u64) -> bool {
         let cap = cap.min(self.burst);
         if now < self.last {
@@ -94,12 +95,14 @@ impl TokenBucket {
         false
     }
 
+    #[inline]
     pub fn refill(&mut self, now: Nanos) -> bool {
         self.refill_capped(now, self.burst)
     }
 
     /// Removes `units` without a time step; the caller has refilled and checked.
     /// Returns `false` (and changes nothing) if fewer tokens are held.
+    #[inline]
     pub fn take_exact(&mut self, units: u64) -> bool {
         if self.tokens < units {
             return false;
@@ -122,6 +125,7 @@ impl TokenBucket {
     }
 
     /// Nanoseconds until `units` tokens exist, if nothing else spends.
+    #[inline]
     pub fn ns_until(&self, units: u64) -> u64 {
         if units > self.burst {
             return u64::MAX;

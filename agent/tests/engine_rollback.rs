@@ -5,6 +5,9 @@
 //! the other only those the first admitted. If refusals left nothing behind, the second
 //! admits each of them too and reports the same units remaining in every dimension.
 
+mod wall;
+use wall::manual_wall;
+
 use leasehold_agent::credit::SlotState;
 use leasehold_agent::engine::{
     AdmitRequest, DenyReason, Dimension, Emergency, Engine, Outcome, RuleSource,
@@ -13,8 +16,6 @@ use leasehold_common::policy::Policy;
 use leasehold_common::rate::Rate;
 use leasehold_common::time::Nanos;
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 
 const MS: u64 = 1_000_000;
 
@@ -125,15 +126,6 @@ proptest! {
         // Most schedules refuse something; the property says nothing otherwise.
         prop_assume!(refused > 0);
     }
-}
-
-/// A wall clock the test sets by hand.
-fn manual_wall(start: &str) -> (Arc<AtomicI64>, impl Fn() -> jiff::Timestamp + Send + Sync) {
-    let secs = start.parse::<jiff::Timestamp>().unwrap().as_second();
-    let cell = Arc::new(AtomicI64::new(secs));
-    let read = Arc::clone(&cell);
-    let clock = move || jiff::Timestamp::from_second(read.load(Ordering::SeqCst)).unwrap();
-    (cell, clock)
 }
 
 #[test]

@@ -1,21 +1,15 @@
 //! Wall-clock inputs: calendar quotas and policy versions that take effect later; and
 //! racing threads on one leased key.
 
+mod wall;
+use wall::manual_wall;
+
 use leasehold_agent::credit::SlotState;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, Outcome, RuleSource};
 use leasehold_common::policy::{Policy, PolicyVersion};
 use leasehold_common::time::Nanos;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// A wall clock the test moves by hand.
-fn manual_wall(start: &str) -> (Arc<AtomicI64>, impl Fn() -> jiff::Timestamp + Send + Sync) {
-    let secs = start.parse::<jiff::Timestamp>().unwrap().as_second();
-    let cell = Arc::new(AtomicI64::new(secs));
-    let read = Arc::clone(&cell);
-    let clock = move || jiff::Timestamp::from_second(read.load(Ordering::SeqCst)).unwrap();
-    (cell, clock)
-}
 
 #[test]
 fn calendar_quota_resets_at_local_midnight() {

@@ -77,9 +77,9 @@ impl Ctx<'_> {
     /// Records what the dimension being checked charged to `entry`.
     #[inline(always)]
     pub(crate) fn charged(&mut self, kind: ChargeKind, entry: &Arc<Entry>, units: u64) {
-        let wall = self.wall.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let (at, wall) = (self.now, self.wall.unwrap_or(jiff::Timestamp::UNIX_EPOCH));
         let entry = Arc::clone(entry);
-        (self.charges).keep(self.index, kind, entry, units, self.now, wall);
+        self.charges.keep(self.index, kind, entry, units, at, wall);
     }
 }
 

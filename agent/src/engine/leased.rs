@@ -50,13 +50,15 @@ impl Engine {
             reset_wait(acquiring_since_ns);
         }
         match state {
-            SlotState::Active => {
-                Step::deny(DenyReason::OverLimit, slot.remaining(), p.ns_to_earn(units))
-            }
+            SlotState::Active => Step::deny(
+                DenyReason::OverLimit,
+                slot.remaining(),
+                p.retry_after_ns(units),
+            ),
             SlotState::Denied => Step::deny(
                 DenyReason::LeaseRefused,
                 slot.remaining(),
-                p.ns_to_earn(units),
+                p.retry_after_ns(units),
             ),
             SlotState::Unreachable => self.on_failure(p, entry, slot, units, ctx),
             SlotState::Idle => match self.ask_for_lease(p, key, slot, acquiring_since_ns, ctx) {

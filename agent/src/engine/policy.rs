@@ -107,6 +107,9 @@ pub(crate) struct CompiledPolicy {
     pub(crate) capacity: u64,
     /// What one request costs when the cost is per request (not by bytes or route).
     pub(crate) request_cost: Option<u64>,
+    /// [`ns_to_earn`](Self::ns_to_earn) of `request_cost`, worked out once: a refusal's
+    /// retry hint is then a read rather than a division.
+    pub(crate) request_earn_ns: u64,
     pub(crate) rate: Option<Rate>,
     pub(crate) failure: FailureMode,
     pub(crate) restricted: Option<RestrictedSpec>,
@@ -177,6 +180,16 @@ impl CompiledPolicy {
     pub(crate) fn overflow_entry(&self, now: Nanos) -> &Arc<Entry> {
         self.overflow
             .get_or_init(|| Arc::new(self.new_overflow(None, now)))
+    }
+
+    /// [`ns_to_earn`](Self::ns_to_earn) for a refused request of `units`, which mostly
+    /// costs what every request of the policy does.
+    #[inline(always)]
+    pub(crate) fn retry_after_ns(&self, units: u64) -> u64 {
+        if self.request_cost == Some(units) {
+            return self.request_earn_ns;
+        }
+        self.ns_to_earn(units)
     }
 
     /// Time for the policy's rate to produce `units`; a retry hint for leased credit.

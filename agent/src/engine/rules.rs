@@ -307,6 +307,8 @@ fn compile(
         _ => None,
     };
     let id = previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id));
+    let request_cost = (policy.cost.unit == CostUnit::Request).then_some(policy.cost.default);
+    let rate = policy.rate.and_then(|r| r.to_rate().ok());
     let compiled = CompiledPolicy {
         pid: PolicyId::new(&id),
         id,
@@ -316,8 +318,12 @@ fn compile(
         schema,
         enforcement,
         capacity: policy.capacity().unwrap_or(0),
-        request_cost: (policy.cost.unit == CostUnit::Request).then_some(policy.cost.default),
-        rate: policy.rate.and_then(|r| r.to_rate().ok()),
+        request_cost,
+        request_earn_ns: match (request_cost, rate) {
+            (Some(cost), Some(rate)) if cost > 0 => rate.ns_until(cost, 0),
+            _ => 0,
+        },
+        rate,
         failure: policy.failure.mode,
         restricted,
         shadow: policy.mode == Mode::Shadow,
@@ -368,6 +374,26 @@ mod tests {
             }
             assert!(rules.policy_hinted("absent", &mut hints).is_none());
             assert!(rules.policy_hinted("", &mut hints).is_none());
+        }
+    }
+
+    /// The retry hint worked out once for a request's cost is the one the rate gives.
+    #[test]
+    fn a_request_costs_the_time_its_rate_takes_to_earn_it() {
+        for (rate, cost) in [("{units: 3, per: 1s}", 2), ("{units: 7, per: 1h}", 1)] {
+            let yaml = format!(
+                "id: p\ndimensions: [{{name: tenant}}]\nrate: {rate}\nburst: 9\n\
+                 cost: {{unit: request, default: {cost}}}\n"
+            );
+            let source = RuleSource::from_policies([Policy::from_yaml(&yaml).unwrap()]);
+            let rules =
+                RuleSet::build(source, None, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap();
+            let p = rules.policy("p").unwrap();
+            let by_rate = |units| p.rate.unwrap().ns_until(units, 0);
+            assert_eq!(p.request_cost, Some(cost));
+            assert_eq!(p.retry_after_ns(cost), by_rate(cost), "{rate}");
+            assert_eq!(p.retry_after_ns(cost + 1), by_rate(cost + 1), "{rate}");
+            assert_eq!(p.retry_after_ns(0), 0);
         }
     }
 

@@ -18,10 +18,17 @@ use std::time::Instant;
 
 const CHECKS: u64 = 3_000_000;
 
+/// A billion units a second, with a burst of a thousand seconds' worth: an agent holds a
+/// share of it, and each admission works out the time until the burst is whole again (a
+/// millisecond period keeps that product in 64 bits, as for rates of everyday sizes).
+const LEASED: &str = "rate: {units: 1000000, per: 1ms}\nburst: 1000000000000\n";
+/// A billion units a second, a second's worth of burst.
+const LOCAL: &str = "rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n";
+
 fn policy(id: &str, extra: &str) -> Policy {
     Policy::from_yaml(&format!(
         "id: {id}\ndimensions: [{{name: tenant, required: true}}]\n\
-         rate: {{units: 1000000000, per: 1s}}\nburst: 1000000000\n{extra}"
+         {extra}"
     ))
     .expect("valid policy")
 }
@@ -31,16 +38,21 @@ fn policy(id: &str, extra: &str) -> Policy {
 fn engine() -> Engine {
     let engine = Engine::builder()
         .build(RuleSource::from_policies([
-            policy("leased", ""),
-            policy("tenant", "scope: process\n"),
-            policy("route", "scope: process\nalgorithm: gcra\n"),
+            policy("leased", LEASED),
+            policy("tenant", &format!("{LOCAL}scope: process\n")),
+            policy(
+                "route",
+                &format!("{LOCAL}scope: process\nalgorithm: gcra\n"),
+            ),
         ]))
         .expect("valid rules");
     let queue = engine.take_acquire_queue().expect("first take");
     let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
     engine.admit(&AdmitRequest::new(&dims), Nanos(0));
     let slot = queue.try_recv().expect("an acquire was queued").slot;
-    slot.deposit(u64::MAX / 2, u64::MAX);
+    // A tenth of the burst, as an agent holds a share of it (so every admission works out
+    // the time until the burst is whole again).
+    slot.deposit(100_000_000_000, u64::MAX);
     slot.set_state(SlotState::Active);
     engine
 }

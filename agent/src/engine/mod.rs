@@ -52,6 +52,7 @@ mod bytes;
 mod check;
 mod config;
 mod decision;
+mod earn;
 mod fastkey;
 mod leased;
 mod local;

@@ -1,6 +1,7 @@
 //! A policy prepared for the hot path, and the per-policy state that outlives reloads.
 
 use super::decision::PolicyId;
+use super::earn::EarnRate;
 use super::fastkey::FastKey;
 use super::local::LocalSpec;
 use super::stats::PolicyCounters;
@@ -110,7 +111,7 @@ pub(crate) struct CompiledPolicy {
     /// [`ns_to_earn`](Self::ns_to_earn) of `request_cost`, worked out once: a refusal's
     /// retry hint is then a read rather than a division.
     pub(crate) request_earn_ns: u64,
-    pub(crate) rate: Option<Rate>,
+    pub(crate) rate: Option<EarnRate>,
     pub(crate) failure: FailureMode,
     pub(crate) restricted: Option<RestrictedSpec>,
     pub(crate) shadow: bool,
@@ -197,8 +198,8 @@ impl CompiledPolicy {
     pub(crate) fn ns_to_earn(&self, units: u64) -> u64 {
         // Matched by reference: `map_or` copied the rate out and stayed a call.
         match &self.rate {
-            Some(rate) if units > 0 => rate.ns_until(units, 0),
-            _ => 0,
+            Some(rate) => rate.ns_until(units),
+            None => 0,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! path and swapped whole on reload.
 
 use super::decision::PolicyId;
+use super::earn::EarnRate;
 use super::fastkey::FastKey;
 use super::local::{LocalConfigError, LocalSpec};
 use super::policy::{
@@ -308,7 +309,10 @@ fn compile(
     };
     let id = previous.map_or_else(|| Arc::from(policy.id.as_str()), |p| Arc::clone(&p.id));
     let request_cost = (policy.cost.unit == CostUnit::Request).then_some(policy.cost.default);
-    let rate = policy.rate.and_then(|r| r.to_rate().ok());
+    let rate = policy
+        .rate
+        .and_then(|r| r.to_rate().ok())
+        .map(EarnRate::new);
     let compiled = CompiledPolicy {
         pid: PolicyId::new(&id),
         id,
@@ -320,7 +324,7 @@ fn compile(
         capacity: policy.capacity().unwrap_or(0),
         request_cost,
         request_earn_ns: match (request_cost, rate) {
-            (Some(cost), Some(rate)) if cost > 0 => rate.ns_until(cost, 0),
+            (Some(cost), Some(rate)) => rate.ns_until(cost),
             _ => 0,
         },
         rate,
@@ -389,7 +393,8 @@ mod tests {
             let rules =
                 RuleSet::build(source, None, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap();
             let p = rules.policy("p").unwrap();
-            let by_rate = |units| p.rate.unwrap().ns_until(units, 0);
+            let per = p.policy.rate.unwrap().to_rate().unwrap();
+            let by_rate = |units| per.ns_until(units, 0);
             assert_eq!(p.request_cost, Some(cost));
             assert_eq!(p.retry_after_ns(cost), by_rate(cost), "{rate}");
             assert_eq!(p.retry_after_ns(cost + 1), by_rate(cost + 1), "{rate}");

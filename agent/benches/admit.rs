@@ -3,52 +3,17 @@
 //!
 //! `cargo bench -p leasehold-agent --bench admit` (add `-- --quick` for a short run).
 
+#[path = "admit/setup.rs"]
+mod setup;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::{Quota, RateLimiter};
-use leasehold_agent::credit::SlotState;
-use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine, RuleSource};
-use leasehold_common::policy::Policy;
+use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine};
 use leasehold_common::time::Nanos;
+use setup::engine;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
-
-/// A billion units a second, with a burst of a thousand seconds' worth: an agent holds a
-/// share of it, and each admission works out the time until the burst is whole again (a
-/// millisecond period keeps that product in 64 bits, as for rates of everyday sizes).
-const LEASED: &str = "rate: {units: 1000000, per: 1ms}\nburst: 1000000000000\n";
-/// A billion units a second, a second's worth of burst.
-const LOCAL: &str = "rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n";
-
-fn policy(id: &str, extra: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        "id: {id}\ndimensions: [{{name: tenant, required: true}}]\n\
-         {extra}"
-    ))
-    .unwrap()
-}
-
-/// An engine whose `leased` key `acme` holds `credit` units (of a burst of 10¹²), plus two
-/// local policies.
-fn engine(credit: u64) -> Engine {
-    let e = Engine::builder()
-        .build(RuleSource::from_policies([
-            policy("leased", LEASED),
-            policy("tenant", &format!("{LOCAL}scope: process\n")),
-            policy(
-                "route",
-                &format!("{LOCAL}scope: process\nalgorithm: gcra\n"),
-            ),
-        ]))
-        .unwrap();
-    let rx = e.take_acquire_queue().unwrap();
-    let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
-    e.admit(&AdmitRequest::new(&dims), Nanos(0));
-    let slot = rx.try_recv().unwrap().slot;
-    slot.deposit(credit, u64::MAX);
-    slot.set_state(SlotState::Active);
-    e
-}
 
 const ONE: [Dimension<'static>; 1] = [Dimension {
     target: leasehold_agent::engine::Target::Policy("leased"),
@@ -90,9 +55,7 @@ fn spread_with<S: Default>(threads: u64, iters: u64, f: &(dyn Fn(u64, &mut S) + 
 
 fn bench_engine(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine");
-    // A tenth of the policy's burst, as an agent holds a share of it: every admission
-    // then works out the time until the burst is whole again, as in production.
-    let plenty = engine(100_000_000_000);
+    let plenty = engine(setup::SHARE);
     let empty = engine(0);
     for threads in [1u64, 2] {
         let cases: [(&str, &Engine, &[Dimension<'_>]); 3] = [

@@ -7,55 +7,17 @@
 //!
 //! `cargo run --release -p leasehold-agent --example admit_vs_governor [ROUNDS]`
 
+#[path = "../benches/admit/setup.rs"]
+mod setup;
+
 use governor::{Quota, RateLimiter};
-use leasehold_agent::credit::SlotState;
-use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine, RuleSource};
-use leasehold_common::policy::Policy;
+use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine};
 use leasehold_common::time::Nanos;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
 const CHECKS: u64 = 3_000_000;
-
-/// A billion units a second, with a burst of a thousand seconds' worth: an agent holds a
-/// share of it, and each admission works out the time until the burst is whole again (a
-/// millisecond period keeps that product in 64 bits, as for rates of everyday sizes).
-const LEASED: &str = "rate: {units: 1000000, per: 1ms}\nburst: 1000000000000\n";
-/// A billion units a second, a second's worth of burst.
-const LOCAL: &str = "rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n";
-
-fn policy(id: &str, extra: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        "id: {id}\ndimensions: [{{name: tenant, required: true}}]\n\
-         {extra}"
-    ))
-    .expect("valid policy")
-}
-
-/// An engine whose key `acme` of policy `leased` holds plenty of leased credit, with two
-/// local policies beside it.
-fn engine() -> Engine {
-    let engine = Engine::builder()
-        .build(RuleSource::from_policies([
-            policy("leased", LEASED),
-            policy("tenant", &format!("{LOCAL}scope: process\n")),
-            policy(
-                "route",
-                &format!("{LOCAL}scope: process\nalgorithm: gcra\n"),
-            ),
-        ]))
-        .expect("valid rules");
-    let queue = engine.take_acquire_queue().expect("first take");
-    let dims = [Dimension::policy("leased", &[("tenant", "acme")])];
-    engine.admit(&AdmitRequest::new(&dims), Nanos(0));
-    let slot = queue.try_recv().expect("an acquire was queued").slot;
-    // A tenth of the burst, as an agent holds a share of it (so every admission works out
-    // the time until the burst is whole again).
-    slot.deposit(100_000_000_000, u64::MAX);
-    slot.set_state(SlotState::Active);
-    engine
-}
 
 /// Nanoseconds per check of the engine on `dims` and of governor on `keys`, on the
 /// calling thread.
@@ -91,7 +53,7 @@ fn main() {
     let rounds: usize = std::env::args()
         .nth(1)
         .map_or(12, |r| r.parse().expect("ROUNDS is a number"));
-    let engine = engine();
+    let engine = setup::engine(setup::SHARE);
     let acme = [("tenant", "acme")];
     let one = [Dimension::policy("leased", &acme)];
     let three = [

@@ -51,19 +51,9 @@ impl Rate {
     /// (a numerator over `period_ns`). Returns the whole units and the new remainder.
     #[inline]
     pub fn produce(&self, elapsed_ns: u64, frac: u64) -> (u64, u64) {
-        // In 64 bits when the total fits (any step shorter than ~18 s at a billion units
-        // a second): the 128-bit division is a library call that costs more than the
-        // rest of a limiter's check.
-        if let Some(total) = elapsed_ns
-            .checked_mul(self.units)
-            .and_then(|t| t.checked_add(frac))
-        {
-            return (total / self.period_ns, total % self.period_ns);
-        }
         let total = u128::from(frac) + u128::from(elapsed_ns) * u128::from(self.units);
-        let period = u128::from(self.period_ns);
-        let whole = u64::try_from(total / period).unwrap_or(u64::MAX);
-        (whole, (total % period) as u64)
+        let (whole, frac) = div_rem_wide(total, self.period_ns);
+        (u64::try_from(whole).unwrap_or(u64::MAX), frac)
     }
 
     /// Units produced over `elapsed_ns`, rounded down (no remainder carried).
@@ -78,14 +68,9 @@ impl Rate {
         if missing == 0 {
             return 0;
         }
-        // In 64 bits when the product fits, as in `produce`.
-        if let Some(need) = missing.checked_mul(self.period_ns) {
-            return need.saturating_sub(frac).div_ceil(self.units);
-        }
         let need = u128::from(missing) * u128::from(self.period_ns);
-        let need = need.saturating_sub(u128::from(frac));
-        let units = u128::from(self.units);
-        u64::try_from(need.div_ceil(units)).unwrap_or(u64::MAX)
+        let (whole, rest) = div_rem_wide(need.saturating_sub(u128::from(frac)), self.units);
+        u64::try_from(whole + u128::from(rest != 0)).unwrap_or(u64::MAX)
     }
 
     /// Nanoseconds of production one unit takes, rounded up (used by GCRA).
@@ -106,8 +91,9 @@ impl Rate {
     }
 }
 
-/// `n / d` and `n % d`, in 64 bits when `n` fits: the 128-bit division is a library call
-/// that costs more than the rest of a limiter's check.
+/// `n / d` and `n % d`, in 64 bits when `n` fits (for a rate, any step shorter than ~18 s
+/// at a billion units a second): the 128-bit division is a library call that costs more
+/// than the rest of a limiter's check.
 #[inline]
 pub fn div_rem_wide(n: u128, d: u64) -> (u128, u64) {
     match u64::try_from(n) {

@@ -207,8 +207,8 @@ impl Engine {
         scratch: Scratch<'_>,
     ) {
         let (res, _) = resolve(rules, dim, scratch.hints);
+        // Dimension 0, keeping no charge to undo: as the context starts.
         let mut ctx = self.ctx(req, now);
-        ctx.begin(0, false);
         let units = res.policy().map_or(0, |p| units_of(p, req));
         let step = self.check(res, dim, units, &mut ctx, scratch);
         note_refusal(decision, 0, &step);

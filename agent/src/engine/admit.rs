@@ -9,13 +9,11 @@ use super::results::Parts;
 use super::rules::RuleSet;
 use super::stats::Count;
 use super::stripes::Slot;
-use super::table::Entry;
 use super::tcache::{self, Scratch};
-use super::undo::{Charge, ChargeKind, Charges};
+use super::undo::{Charge, ChargeKind, Charges, EntryRef, Found};
 use super::Engine;
 use leasehold_common::time::Nanos;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// The answer of one dimension's check.
 pub(crate) struct Step {
@@ -76,9 +74,9 @@ impl Ctx<'_> {
 
     /// Records what the dimension being checked charged to `entry`.
     #[inline(always)]
-    pub(crate) fn charged(&mut self, kind: ChargeKind, entry: &Arc<Entry>, units: u64) {
+    pub(crate) fn charged(&mut self, kind: ChargeKind, entry: Found<'_>, units: u64) {
         let (at, wall) = (self.now, self.wall.unwrap_or(jiff::Timestamp::UNIX_EPOCH));
-        let entry = Arc::clone(entry);
+        let entry = EntryRef::to(entry);
         self.charges.keep(self.index, kind, entry, units, at, wall);
     }
 }
@@ -190,7 +188,7 @@ impl Engine {
             self.undo(charge);
             d.results[index].outcome = Outcome::RolledBack;
         } else if let ChargeKind::InFlight = charge.kind {
-            d.in_flight.push(charge.entry, charge.units);
+            d.in_flight.push(charge.entry.into_arc(), charge.units);
         }
     }
 
@@ -217,7 +215,7 @@ impl Engine {
         // Only concurrency units are kept for a lone dimension.
         if !ctx.charges.is_empty() {
             if let Some(Charge { entry, units, .. }) = ctx.charges.take(0) {
-                decision.in_flight.push(entry, units);
+                decision.in_flight.push(entry.into_arc(), units);
             }
         }
         if let Some(p) = res.policy() {
@@ -297,6 +295,7 @@ impl Engine {
             at,
             wall,
         } = charge;
+        let entry = entry.get();
         match kind {
             ChargeKind::Slot(ticket) => {
                 if let EntryState::Leased { slot, .. } = &entry.state {

@@ -8,7 +8,7 @@ use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
 use super::tcache::{EntryCache, KeyBuffers, Scratch};
-use super::undo::ChargeKind;
+use super::undo::{ChargeKind, Found};
 use super::Engine;
 use leasehold_common::algo::{Decision as AlgoDecision, Limiter, TokenBucket};
 use leasehold_common::rate::Rate;
@@ -55,7 +55,10 @@ impl Engine {
             // is compared here rather than in a closure, which stays a call.)
             if let Some(entry) = cached.get_plain(vh, p.generation) {
                 if p.fast_key.is_key_of(&values, entry.key()) {
-                    return self.on_entry(p, entry.key(), entry, units, emergency, ctx);
+                    // SAFETY: the thread's key cache keeps its entries until the next
+                    // request (`EntryCache`).
+                    let found = unsafe { Found::held(entry) };
+                    return self.on_entry(p, entry.key(), found, units, emergency, ctx);
                 }
             }
         }
@@ -73,7 +76,7 @@ impl Engine {
                     }
                 }
                 Ok(built) if built.overflow.is_some() => {
-                    let overflow = p.overflow_entry(ctx.now);
+                    let overflow = overflow_of(p, ctx.now);
                     let key = p.schema.overflow_key();
                     return self.on_entry(p, key, overflow, units, emergency, ctx);
                 }
@@ -82,7 +85,9 @@ impl Engine {
         };
         let hash = self.table.hash(key);
         if let Some(entry) = cached.get(key, hash, p.generation) {
-            return self.on_entry(p, key, entry, units, emergency, ctx);
+            // SAFETY: as for the plain values' cache above.
+            let found = unsafe { Found::held(entry) };
+            return self.on_entry(p, key, found, units, emergency, ctx);
         }
         let at = KeyAt {
             key,
@@ -108,18 +113,19 @@ impl Engine {
             hash,
             values_hash,
         } = at;
-        let remember = |cached: &mut EntryCache, entry: &Arc<Entry>| {
+        let remember = |cached: &mut EntryCache, entry: &'_ Arc<Entry>| -> bool {
             if !entry.cacheable() {
-                return;
+                return false;
             }
             match values_hash {
                 Some(vh) => cached.put_plain(vh, entry),
                 None => cached.put(entry),
             }
+            true
         };
         let found = self.table.with(key, hash, p.generation, |entry| {
-            remember(cached, entry);
-            self.on_entry(p, key, entry, units, emergency, ctx)
+            let found = found_in(entry, remember(cached, entry));
+            self.on_entry(p, key, found, units, emergency, ctx)
         });
         if let Some(step) = found {
             return step;
@@ -132,12 +138,12 @@ impl Engine {
             });
         match made {
             Ok((entry, _)) => {
-                remember(cached, &entry);
-                self.on_entry(p, key, &entry, units, emergency, ctx)
+                let found = found_in(&entry, remember(cached, &entry));
+                self.on_entry(p, key, found, units, emergency, ctx)
             }
             Err(TableFull) => {
                 self.counters.bump(Count::TableFull);
-                let overflow = p.overflow_entry(now);
+                let overflow = overflow_of(p, now);
                 let key = p.schema.overflow_key();
                 self.on_entry(p, key, overflow, units, emergency, ctx)
             }
@@ -151,7 +157,7 @@ impl Engine {
         &self,
         p: &CompiledPolicy,
         key: &str,
-        entry: &Arc<Entry>,
+        entry: Found<'_>,
         units: u64,
         emergency: Emergency,
         ctx: &mut Ctx<'_>,
@@ -178,18 +184,23 @@ impl Engine {
 }
 
 #[inline]
-fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
+fn check_local(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::Local(limiter) = &entry.state else {
         unreachable!("called for local entries only");
     };
-    let mut limiter = limiter.lock();
-    // Only calendar quotas read the wall clock.
-    let wall = match &*limiter {
-        LocalLimiter::Calendar(_) => ctx.wall(),
+    let mut guard = limiter.lock();
+    // Only calendar quotas read the wall clock, and never inside the lock's short section.
+    let wall = match &*guard {
+        LocalLimiter::Calendar(_) => {
+            drop(guard);
+            let wall = ctx.wall();
+            guard = limiter.lock();
+            wall
+        }
         _ => jiff::Timestamp::UNIX_EPOCH,
     };
-    let charge = limiter.try_take(units, ctx.now, wall);
-    drop(limiter);
+    let charge = guard.try_take(units, ctx.now, wall);
+    drop(guard);
     if !charge.admitted {
         return Step {
             reset_after_ns: charge.reset_after_ns,
@@ -213,7 +224,7 @@ fn check_local(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
 
 /// A concurrency limit has no time to wait for: a refusal's retry hint is 0 ("when a
 /// request in flight finishes").
-fn check_in_flight(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
+fn check_in_flight(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::InFlight { max, .. } = &entry.state else {
         unreachable!("called for concurrency entries only");
     };
@@ -232,10 +243,29 @@ fn check_in_flight(entry: &Arc<Entry>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     }
 }
 
+/// `entry`, found in the key table: held by this thread until the request ends if
+/// `cached` (just put in its key cache).
+fn found_in(entry: &Arc<Entry>, cached: bool) -> Found<'_> {
+    if cached {
+        // SAFETY: the thread's key cache keeps its entries until the next request.
+        unsafe { Found::held(entry) }
+    } else {
+        Found::shared(entry)
+    }
+}
+
+/// The policy's overflow entry, which lives as long as the rule set this thread holds
+/// while it decides.
+fn overflow_of(p: &CompiledPolicy, now: leasehold_common::time::Nanos) -> Found<'_> {
+    // SAFETY: the policy (and with it the entry) belongs to the rule set the thread's
+    // cache holds for the whole request.
+    unsafe { Found::held(p.overflow_entry(now)) }
+}
+
 /// Restricted operation: only priority ≥ `min_priority`, at most at `rate` for this key
 /// (a local bucket holding one period's worth, made when first needed).
 pub(crate) fn restricted(
-    entry: &Arc<Entry>,
+    entry: Found<'_>,
     units: u64,
     min_priority: u8,
     rate: Rate,

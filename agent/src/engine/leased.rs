@@ -6,8 +6,8 @@ use super::check::restricted;
 use super::decision::{DenyReason, Outcome};
 use super::policy::CompiledPolicy;
 use super::stats::Count;
-use super::table::{Entry, EntryState, NOT_ACQUIRING};
-use super::undo::ChargeKind;
+use super::table::{EntryState, NOT_ACQUIRING};
+use super::undo::{ChargeKind, Found};
 use super::Engine;
 use crate::credit::{CreditSlot, SlotState, SpendTicket};
 use leasehold_common::policy::FailureMode;
@@ -20,7 +20,7 @@ impl Engine {
         &self,
         p: &CompiledPolicy,
         key: &str,
-        entry: &Arc<Entry>,
+        entry: Found<'_>,
         units: u64,
         ctx: &mut Ctx<'_>,
     ) -> Step {
@@ -104,7 +104,7 @@ impl Engine {
     fn awaiting(
         &self,
         p: &CompiledPolicy,
-        entry: &Arc<Entry>,
+        entry: Found<'_>,
         slot: &CreditSlot,
         acquiring_since_ns: &AtomicU64,
         units: u64,
@@ -131,7 +131,7 @@ impl Engine {
     fn on_failure(
         &self,
         p: &CompiledPolicy,
-        entry: &Arc<Entry>,
+        entry: Found<'_>,
         slot: &CreditSlot,
         units: u64,
         ctx: &mut Ctx<'_>,
@@ -160,7 +160,7 @@ fn reset_wait(acquiring_since_ns: &AtomicU64) {
 #[inline(always)]
 fn admitted(
     p: &CompiledPolicy,
-    entry: &Arc<Entry>,
+    entry: Found<'_>,
     slot: &CreditSlot,
     units: u64,
     ticket: SpendTicket,

@@ -63,6 +63,7 @@ mod request;
 mod resolve;
 mod results;
 mod rules;
+mod spin;
 mod stats;
 mod stripes;
 mod table;

@@ -4,6 +4,7 @@ use super::decision::PolicyId;
 use super::earn::EarnRate;
 use super::fastkey::FastKey;
 use super::local::LocalSpec;
+use super::spin::SpinLock;
 use super::stats::PolicyCounters;
 use super::table::{Entry, EntryState};
 use crate::credit::CreditSlot;
@@ -155,7 +156,7 @@ impl CompiledPolicy {
                     acquiring_since_ns: AtomicU64::new(super::table::NOT_ACQUIRING),
                 }
             }
-            Enforcement::Local(spec) => EntryState::Local(Mutex::new(spec.build(now))),
+            Enforcement::Local(spec) => EntryState::Local(SpinLock::new(spec.build(now))),
             // The counter is shared with the stale entry: requests admitted under the old
             // version release into it, and the new limit counts them while they run.
             Enforcement::Concurrency { max_in_flight } => EntryState::InFlight {

@@ -15,6 +15,7 @@
 
 use super::local::LocalLimiter;
 use super::readlock::ReadStripedLock;
+use super::spin::SpinLock;
 use hashbrown::HashTable;
 use leasehold_common::algo::TokenBucket;
 use leasehold_common::time::Nanos;
@@ -56,12 +57,10 @@ pub(crate) enum EntryState {
         /// missing first lease is waited for; [`NOT_ACQUIRING`] before that.
         acquiring_since_ns: AtomicU64,
     },
-    Local(Mutex<LocalLimiter>),
+    /// A limiter of this process, under a lock whose sections are a check or a refund.
+    Local(SpinLock<LocalLimiter>),
     /// Units in flight against a concurrency limit.
-    InFlight {
-        count: Arc<AtomicU64>,
-        max: u64,
-    },
+    InFlight { count: Arc<AtomicU64>, max: u64 },
 }
 
 impl Entry {

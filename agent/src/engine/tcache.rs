@@ -20,6 +20,7 @@
 //! a thread holds (one rule set, at most 128 entries) stays alive until it is replaced, the
 //! thread decides for another engine, or the thread exits.
 
+use super::decision::DIMENSIONS_LIMIT;
 use super::rules::{PolicyHints, RuleSet};
 use super::table::Entry;
 use leasehold_common::key::{KeyBuilder, KEY_LEN_MAX_DEFAULT};
@@ -56,9 +57,16 @@ impl KeyBuffers {
 /// Recently used entries of one engine (leased and local limiters): those of requests
 /// whose values are plain by a hash of the values (found without building the key), the
 /// others by the key's hash.
+///
+/// An entry the cache gives or is given stays alive until the next request starts, even
+/// if a later dimension's entry takes its place: a request's charges refer to the entries
+/// they were made to without counts of their own (`undo::Found`).
 pub(crate) struct EntryCache {
     entries: Box<[Option<Arc<Entry>>]>,
     plain: Box<[Option<Arc<Entry>>]>,
+    /// Entries displaced during the current request, let go when the next one starts (at
+    /// most one per dimension: a dimension puts at most one entry).
+    displaced: Vec<Arc<Entry>>,
 }
 
 impl EntryCache {
@@ -66,6 +74,15 @@ impl EntryCache {
         EntryCache {
             entries: vec![None; KEYS_CACHED].into_boxed_slice(),
             plain: vec![None; KEYS_CACHED].into_boxed_slice(),
+            displaced: Vec::with_capacity(DIMENSIONS_LIMIT),
+        }
+    }
+
+    /// A new request starts: entries displaced during the last one may go.
+    #[inline(always)]
+    fn begin_request(&mut self) {
+        if !self.displaced.is_empty() {
+            self.displaced.clear();
         }
     }
 
@@ -81,7 +98,8 @@ impl EntryCache {
 
     /// Remembers `entry` for requests whose plain values hash to `values_hash`.
     pub(crate) fn put_plain(&mut self, values_hash: u64, entry: &Arc<Entry>) {
-        remember(&mut self.plain[Self::index(values_hash)], entry);
+        let slot = &mut self.plain[Self::index(values_hash)];
+        remember(slot, entry, &mut self.displaced);
     }
 
     #[inline]
@@ -100,18 +118,23 @@ impl EntryCache {
 
     /// Remembers `entry` (just found or made in the table, and cacheable).
     pub(crate) fn put(&mut self, entry: &Arc<Entry>) {
-        remember(&mut self.entries[Self::index(entry.hash())], entry);
+        let slot = &mut self.entries[Self::index(entry.hash())];
+        remember(slot, entry, &mut self.displaced);
     }
 
+    /// Forgets every entry; called only as a request starts (no charge refers to any).
     fn clear(&mut self) {
         self.entries.iter_mut().for_each(|e| *e = None);
         self.plain.iter_mut().for_each(|e| *e = None);
+        self.displaced.clear();
     }
 }
 
-fn remember(slot: &mut Option<Arc<Entry>>, entry: &Arc<Entry>) {
+fn remember(slot: &mut Option<Arc<Entry>>, entry: &Arc<Entry>, displaced: &mut Vec<Arc<Entry>>) {
     if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
-        *slot = Some(Arc::clone(entry));
+        if let Some(old) = slot.replace(Arc::clone(entry)) {
+            displaced.push(old);
+        }
     }
 }
 
@@ -157,7 +180,8 @@ impl ThreadCache {
     }
 
     /// The rule set of engine `uid` at `version`, loading it with `load` when this thread
-    /// last saw another engine or another version. Returns it with the key state.
+    /// last saw another engine or another version. Returns it with the key state. Called
+    /// once as each request starts.
     #[inline]
     pub(crate) fn rules(
         &mut self,
@@ -165,6 +189,7 @@ impl ThreadCache {
         version: u64,
         load: impl FnOnce() -> Arc<RuleSet>,
     ) -> (&RuleSet, Scratch<'_>) {
+        self.entries.begin_request();
         if self.engine_uid != uid || self.rules_version != version || self.rules.is_none() {
             self.refresh(uid, version, load);
         }
@@ -212,4 +237,45 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCache) -> R) -> R {
 #[cold]
 fn fallback<R>(f: impl FnOnce(&mut ThreadCache) -> R) -> R {
     f(&mut ThreadCache::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::table::EntryState;
+    use leasehold_common::time::Nanos;
+
+    fn entry(hash: u64) -> Arc<Entry> {
+        let state = EntryState::InFlight {
+            max: 1,
+            count: Default::default(),
+        };
+        Arc::new(Entry::new("k".into(), hash, 1, state, Nanos(0)))
+    }
+
+    /// A request's charges refer to the entries the cache gave them without counts of
+    /// their own: an entry displaced by a later dimension of the same request must stay
+    /// alive until the next request starts.
+    #[test]
+    fn displaced_entries_live_until_the_next_request() {
+        let mut cache = EntryCache::new();
+        // Both hashes pick the same cache place.
+        let (first, second) = (entry(7 << 20), entry((7 + KEYS_CACHED as u64) << 20));
+        cache.begin_request();
+        cache.put(&first);
+        cache.put(&first);
+        cache.put(&second);
+        cache.put_plain(3 << 20, &first);
+        cache.put_plain(3 << 20, &second);
+        assert_eq!(Arc::strong_count(&first), 3, "displaced twice, kept twice");
+        cache.begin_request();
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "let go as the next request starts"
+        );
+        assert_eq!(Arc::strong_count(&second), 3, "still cached in both places");
+        cache.clear();
+        assert_eq!(Arc::strong_count(&second), 1);
+    }
 }

@@ -5,14 +5,99 @@
 //! assembled on the stack in pieces and copied in with wide reads, and a wide read of
 //! pieces stored just before waits for them to reach the cache (a store-forwarding stall
 //! that cost a tenth of a three-dimension decision).
+//!
+//! A charge mostly refers to its key's entry without a reference count of its own: taking
+//! and dropping one is an atomic read-modify-write each, on a line every thread deciding
+//! for the key writes, and together they cost a fifth of a three-dimension decision. That
+//! is sound for entries the deciding thread keeps alive until the request ends (its key
+//! cache, which sets displaced entries aside until the next request, or the rule set it
+//! holds), and a charge never outlives its request.
 
 use super::decision::DIMENSIONS_LIMIT;
 use super::table::Entry;
 use crate::credit::SpendTicket;
 use leasehold_common::time::Nanos;
 use std::mem::MaybeUninit;
-use std::ptr::addr_of_mut;
+use std::ops::Deref;
+use std::ptr::{addr_of_mut, NonNull};
 use std::sync::Arc;
+
+/// A key's entry as a dimension check found it, and whether this thread keeps it alive
+/// until the request ends.
+#[derive(Copy, Clone)]
+pub(crate) struct Found<'a> {
+    entry: &'a Arc<Entry>,
+    held: bool,
+}
+
+impl<'a> Found<'a> {
+    /// An entry this thread keeps no reference to beyond `'a`.
+    pub(crate) fn shared(entry: &'a Arc<Entry>) -> Self {
+        Found { entry, held: false }
+    }
+
+    /// An entry kept alive until the request ends by this thread's key cache or the rule
+    /// set it holds.
+    ///
+    /// # Safety
+    /// The entry must stay alive until the request being decided ends: charges to it
+    /// refer to it without a count of their own.
+    pub(crate) unsafe fn held(entry: &'a Arc<Entry>) -> Self {
+        Found { entry, held: true }
+    }
+}
+
+impl Deref for Found<'_> {
+    type Target = Arc<Entry>;
+    fn deref(&self) -> &Arc<Entry> {
+        self.entry
+    }
+}
+
+/// The entry a charge was made to.
+pub(crate) enum EntryRef {
+    /// Kept alive until the request ends by the thread deciding it ([`Found::held`]).
+    Held(NonNull<Entry>),
+    Owned(Arc<Entry>),
+}
+
+impl EntryRef {
+    /// A reference to `found` for a charge that lasts no longer than its request.
+    #[inline(always)]
+    pub(crate) fn to(found: Found<'_>) -> Self {
+        if found.held {
+            EntryRef::Held(NonNull::from(&**found.entry))
+        } else {
+            EntryRef::Owned(Arc::clone(found.entry))
+        }
+    }
+
+    pub(crate) fn get(&self) -> &Entry {
+        match self {
+            // SAFETY: made only from a `Found::held` entry, which its thread keeps alive
+            // until the request ends, and charges do not outlive their request.
+            EntryRef::Held(entry) => unsafe { entry.as_ref() },
+            EntryRef::Owned(entry) => entry,
+        }
+    }
+
+    /// A counted reference, to keep the entry past the request.
+    pub(crate) fn into_arc(self) -> Arc<Entry> {
+        match self {
+            EntryRef::Held(entry) => {
+                let entry = entry.as_ptr().cast_const();
+                // SAFETY: the entry is alive (as in `get`) and was allocated by an `Arc`
+                // (a `Found` refers to an `Arc<Entry>`); the count taken here is the one
+                // the returned `Arc` gives back.
+                unsafe {
+                    Arc::increment_strong_count(entry);
+                    Arc::from_raw(entry)
+                }
+            }
+            EntryRef::Owned(entry) => entry,
+        }
+    }
+}
 
 /// What was charged, by the kind of state it was charged to.
 #[derive(Copy, Clone, Debug)]
@@ -30,7 +115,7 @@ pub(crate) enum ChargeKind {
 /// One dimension's charge.
 pub(crate) struct Charge {
     pub(crate) kind: ChargeKind,
-    pub(crate) entry: Arc<Entry>,
+    pub(crate) entry: EntryRef,
     pub(crate) units: u64,
     /// Monotonic time of the charge.
     pub(crate) at: Nanos,
@@ -70,7 +155,7 @@ impl Charges {
         &mut self,
         index: usize,
         kind: ChargeKind,
-        entry: Arc<Entry>,
+        entry: EntryRef,
         units: u64,
         at: Nanos,
         wall: jiff::Timestamp,
@@ -128,7 +213,7 @@ mod tests {
 
     fn keep(charges: &mut Charges, index: usize, entry: &Arc<Entry>, units: u64) {
         let wall = jiff::Timestamp::UNIX_EPOCH;
-        let entry = Arc::clone(entry);
+        let entry = EntryRef::to(Found::shared(entry));
         charges.keep(
             index,
             ChargeKind::InFlight,
@@ -172,6 +257,26 @@ mod tests {
         keep(&mut charges, 2, &e, 4);
         keep(&mut charges, 7, &e, 4);
         drop(charges);
+        assert_eq!(Arc::strong_count(&e), 1);
+    }
+
+    /// A charge to an entry its thread holds takes no count, and one taken out to keep
+    /// past the request (a concurrency unit) counts as its own.
+    #[test]
+    fn held_entries_are_charged_without_a_count() {
+        let e = entry();
+        let mut charges = Charges::new();
+        // SAFETY: `e` outlives `charges` and everything taken out of it.
+        let found = unsafe { Found::held(&e) };
+        let wall = jiff::Timestamp::UNIX_EPOCH;
+        charges.keep(0, ChargeKind::Local, EntryRef::to(found), 2, Nanos(1), wall);
+        assert_eq!(Arc::strong_count(&e), 1);
+        let charge = charges.take(0).expect("kept");
+        assert!(std::ptr::eq(charge.entry.get(), &*e));
+        let kept = charge.entry.into_arc();
+        assert!(Arc::ptr_eq(&kept, &e));
+        assert_eq!(Arc::strong_count(&e), 2);
+        drop(kept);
         assert_eq!(Arc::strong_count(&e), 1);
     }
 }

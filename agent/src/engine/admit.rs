@@ -147,7 +147,10 @@ impl Engine {
         decision: &mut Decision,
         mut scratch: Scratch<'_>,
     ) {
-        let plan = Plan::of(rules, req.dimensions, scratch.hints);
+        // Charges kept below refer to entries the key cache keeps until the request ends.
+        scratch.entries.hold_displaced();
+        let mut plan = Plan::new();
+        plan.fill(rules, req.dimensions, scratch.hints);
 
         let mut ctx = self.ctx(req, now);
         let mut units = [0u64; DIMENSIONS_LIMIT];

@@ -55,8 +55,8 @@ impl Engine {
             // is compared here rather than in a closure, which stays a call.)
             if let Some(entry) = cached.get_plain(vh, p.generation) {
                 if p.fast_key.is_key_of(&values, entry.key()) {
-                    // SAFETY: the thread's key cache keeps its entries until the next
-                    // request (`EntryCache`).
+                    // SAFETY: the thread's key cache keeps its entries alive until the
+                    // request ends (`EntryCache`).
                     let found = unsafe { Found::held(entry) };
                     return self.on_entry(p, entry.key(), found, units, emergency, ctx);
                 }
@@ -247,7 +247,7 @@ fn check_in_flight(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
 /// `cached` (just put in its key cache).
 fn found_in(entry: &Arc<Entry>, cached: bool) -> Found<'_> {
     if cached {
-        // SAFETY: the thread's key cache keeps its entries until the next request.
+        // SAFETY: the thread's key cache keeps its entries alive until the request ends.
         unsafe { Found::held(entry) }
     } else {
         Found::shared(entry)

@@ -107,24 +107,35 @@ pub(crate) struct Plan<'r> {
 }
 
 impl<'r> Plan<'r> {
+    /// A plan of no dimensions, to [`fill`](Self::fill) where it stays: a plan filled and
+    /// then moved is copied in wide reads of the kinds just stored one by one, and those
+    /// reads wait for the stores.
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        Plan {
+            kinds: [Kind::NoRule; LIMIT],
+            policies: [None; LIMIT],
+        }
+    }
+
     /// Resolves every dimension (at most [`DIMENSIONS_LIMIT`](super::DIMENSIONS_LIMIT);
     /// more panic); a rule named in another matched rule's `replaces` is not applied to
     /// this request.
-    #[inline]
-    pub(crate) fn of(rules: &'r RuleSet, dims: &[Dimension<'_>], hints: &mut PolicyHints) -> Self {
-        let mut plan = Plan {
-            kinds: [Kind::NoRule; LIMIT],
-            policies: [None; LIMIT],
-        };
+    #[inline(always)]
+    pub(crate) fn fill(
+        &mut self,
+        rules: &'r RuleSet,
+        dims: &[Dimension<'_>],
+        hints: &mut PolicyHints,
+    ) {
         let mut matched: [Option<&MatchedRule>; LIMIT] = [None; LIMIT];
         for (i, d) in dims.iter().enumerate() {
             let (res, rule) = resolve(rules, d, hints);
-            plan.kinds[i] = res.kind();
-            plan.policies[i] = res.policy();
+            self.kinds[i] = res.kind();
+            self.policies[i] = res.policy();
             matched[i] = rule;
         }
-        plan.apply_replaces(&matched[..dims.len()]);
-        plan
+        self.apply_replaces(&matched[..dims.len()]);
     }
 
     /// `matched[i]`: the rule dimension `i` matched, if any.

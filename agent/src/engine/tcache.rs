@@ -58,14 +58,17 @@ impl KeyBuffers {
 /// whose values are plain by a hash of the values (found without building the key), the
 /// others by the key's hash.
 ///
-/// An entry the cache gives or is given stays alive until the next request starts, even
-/// if a later dimension's entry takes its place: a request's charges refer to the entries
-/// they were made to without counts of their own (`undo::Found`).
+/// An entry the cache gives or is given during a request of several dimensions stays alive
+/// until the request ends, even if a later dimension's entry takes its place: the charges
+/// kept to undo refer to their entries without counts of their own (`undo::Found`). A
+/// request of one dimension keeps no such charge.
 pub(crate) struct EntryCache {
     entries: Box<[Option<Arc<Entry>>]>,
     plain: Box<[Option<Arc<Entry>>]>,
-    /// Entries displaced during the current request, let go when the next one starts (at
-    /// most one per dimension: a dimension puts at most one entry).
+    /// Entries displaced lately, kept from the start of the current request of several
+    /// dimensions ([`hold_displaced`](Self::hold_displaced)) to its end. At most
+    /// [`DIMENSIONS_LIMIT`]: a dimension puts at most one entry, and once full the list is
+    /// emptied before the next is added, which no request of several dimensions reaches.
     displaced: Vec<Arc<Entry>>,
 }
 
@@ -78,9 +81,10 @@ impl EntryCache {
         }
     }
 
-    /// A new request starts: entries displaced during the last one may go.
+    /// A request of several dimensions starts: entries displaced from here until it ends
+    /// stay alive until then; those displaced before may go.
     #[inline(always)]
-    fn begin_request(&mut self) {
+    pub(crate) fn hold_displaced(&mut self) {
         if !self.displaced.is_empty() {
             self.displaced.clear();
         }
@@ -133,6 +137,9 @@ impl EntryCache {
 fn remember(slot: &mut Option<Arc<Entry>>, entry: &Arc<Entry>, displaced: &mut Vec<Arc<Entry>>) {
     if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
         if let Some(old) = slot.replace(Arc::clone(entry)) {
+            if displaced.len() >= DIMENSIONS_LIMIT {
+                displaced.clear();
+            }
             displaced.push(old);
         }
     }
@@ -189,7 +196,6 @@ impl ThreadCache {
         version: u64,
         load: impl FnOnce() -> Arc<RuleSet>,
     ) -> (&RuleSet, Scratch<'_>) {
-        self.entries.begin_request();
         if self.engine_uid != uid || self.rules_version != version || self.rules.is_none() {
             self.refresh(uid, version, load);
         }
@@ -253,29 +259,56 @@ mod tests {
         Arc::new(Entry::new("k".into(), hash, 1, state, Nanos(0)))
     }
 
-    /// A request's charges refer to the entries the cache gave them without counts of
-    /// their own: an entry displaced by a later dimension of the same request must stay
-    /// alive until the next request starts.
+    /// The hash of the `n`th entry sharing the cache place of `place`.
+    fn sharing(place: u64, n: u64) -> u64 {
+        (place + n * KEYS_CACHED as u64) << 20
+    }
+
+    /// The charges a request of several dimensions keeps refer to the entries the cache
+    /// gave them without counts of their own: an entry displaced by a later dimension of
+    /// the same request must stay alive until the request ends.
     #[test]
-    fn displaced_entries_live_until_the_next_request() {
+    fn displaced_entries_live_until_the_request_ends() {
         let mut cache = EntryCache::new();
-        // Both hashes pick the same cache place.
-        let (first, second) = (entry(7 << 20), entry((7 + KEYS_CACHED as u64) << 20));
-        cache.begin_request();
+        let (first, second) = (entry(sharing(7, 0)), entry(sharing(7, 1)));
+        cache.hold_displaced();
         cache.put(&first);
         cache.put(&first);
         cache.put(&second);
         cache.put_plain(3 << 20, &first);
         cache.put_plain(3 << 20, &second);
         assert_eq!(Arc::strong_count(&first), 3, "displaced twice, kept twice");
-        cache.begin_request();
+        cache.hold_displaced();
         assert_eq!(
             Arc::strong_count(&first),
             1,
-            "let go as the next request starts"
+            "let go as the next one starts"
         );
         assert_eq!(Arc::strong_count(&second), 3, "still cached in both places");
         cache.clear();
         assert_eq!(Arc::strong_count(&second), 1);
+    }
+
+    /// Requests of one dimension keep no such charges: what they displace is let go in
+    /// time, but never during a request of several dimensions, which puts at most one
+    /// entry per dimension.
+    #[test]
+    fn displaced_entries_are_bounded() {
+        let mut cache = EntryCache::new();
+        for n in 0..3 * DIMENSIONS_LIMIT as u64 {
+            cache.put(&entry(sharing(5, n)));
+            assert!(cache.displaced.len() <= DIMENSIONS_LIMIT);
+        }
+        cache.hold_displaced();
+        let held: Vec<_> = (0..DIMENSIONS_LIMIT as u64)
+            .map(|n| entry(sharing(5, 100 + n)))
+            .collect();
+        for e in &held {
+            cache.put(e);
+        }
+        // Every dimension's entry but the last (still cached) was displaced and is kept.
+        for e in &held[..DIMENSIONS_LIMIT - 1] {
+            assert_eq!(Arc::strong_count(e), 2);
+        }
     }
 }

@@ -10,8 +10,8 @@
 //! and dropping one is an atomic read-modify-write each, on a line every thread deciding
 //! for the key writes, and together they cost a fifth of a three-dimension decision. That
 //! is sound for entries the deciding thread keeps alive until the request ends (its key
-//! cache, which sets displaced entries aside until the next request, or the rule set it
-//! holds), and a charge never outlives its request.
+//! cache, which holds entries displaced during a request of several dimensions until it
+//! ends, or the rule set it holds), and a charge never outlives its request.
 
 use super::decision::DIMENSIONS_LIMIT;
 use super::table::Entry;
@@ -54,47 +54,57 @@ impl Deref for Found<'_> {
     }
 }
 
-/// The entry a charge was made to.
-pub(crate) enum EntryRef {
-    /// Kept alive until the request ends by the thread deciding it ([`Found::held`]).
-    Held(NonNull<Entry>),
-    Owned(Arc<Entry>),
+/// The entry a charge was made to: counted (as an `Arc` is) or not, if the thread
+/// deciding keeps it alive until the request ends ([`Found::held`]). Two plain fields,
+/// written one by one into a charge's place (an enum is assembled on the stack and copied
+/// in with a wide read that waits for its halves' stores).
+pub(crate) struct EntryRef {
+    entry: NonNull<Entry>,
+    counted: bool,
 }
 
 impl EntryRef {
     /// A reference to `found` for a charge that lasts no longer than its request.
     #[inline(always)]
     pub(crate) fn to(found: Found<'_>) -> Self {
-        if found.held {
-            EntryRef::Held(NonNull::from(&**found.entry))
-        } else {
-            EntryRef::Owned(Arc::clone(found.entry))
+        let counted = !found.held;
+        if counted {
+            std::mem::forget(Arc::clone(found.entry));
+        }
+        EntryRef {
+            entry: NonNull::from(&**found.entry),
+            counted,
         }
     }
 
     pub(crate) fn get(&self) -> &Entry {
-        match self {
-            // SAFETY: made only from a `Found::held` entry, which its thread keeps alive
-            // until the request ends, and charges do not outlive their request.
-            EntryRef::Held(entry) => unsafe { entry.as_ref() },
-            EntryRef::Owned(entry) => entry,
-        }
+        // SAFETY: the entry is counted by this reference, or it was found held, and its
+        // thread keeps it alive until the request ends, which no charge outlives.
+        unsafe { self.entry.as_ref() }
     }
 
     /// A counted reference, to keep the entry past the request.
     pub(crate) fn into_arc(self) -> Arc<Entry> {
-        match self {
-            EntryRef::Held(entry) => {
-                let entry = entry.as_ptr().cast_const();
-                // SAFETY: the entry is alive (as in `get`) and was allocated by an `Arc`
-                // (a `Found` refers to an `Arc<Entry>`); the count taken here is the one
-                // the returned `Arc` gives back.
-                unsafe {
-                    Arc::increment_strong_count(entry);
-                    Arc::from_raw(entry)
-                }
+        let this = std::mem::ManuallyDrop::new(self);
+        let entry = this.entry.as_ptr().cast_const();
+        // SAFETY: the entry is alive (as in `get`) and was allocated by an `Arc` (a `Found`
+        // refers to an `Arc<Entry>`). The returned `Arc` takes over this reference's count,
+        // or a new one taken here; `this` is not dropped, so no count is given back twice.
+        unsafe {
+            if !this.counted {
+                Arc::increment_strong_count(entry);
             }
-            EntryRef::Owned(entry) => entry,
+            Arc::from_raw(entry)
+        }
+    }
+}
+
+impl Drop for EntryRef {
+    fn drop(&mut self) {
+        if self.counted {
+            // SAFETY: this reference holds one count of an `Arc`-allocated entry (taken in
+            // `to`), given back exactly once here.
+            unsafe { drop(Arc::from_raw(self.entry.as_ptr().cast_const())) }
         }
     }
 }
@@ -167,7 +177,10 @@ impl Charges {
         // (taken just above); every field is written before the bit marks it present.
         unsafe {
             addr_of_mut!((*slot).kind).write(kind);
-            addr_of_mut!((*slot).entry).write(entry);
+            // Moved field by field: its count, if any, goes with them.
+            let entry = std::mem::ManuallyDrop::new(entry);
+            addr_of_mut!((*slot).entry.entry).write(entry.entry);
+            addr_of_mut!((*slot).entry.counted).write(entry.counted);
             addr_of_mut!((*slot).units).write(units);
             addr_of_mut!((*slot).at).write(at);
             addr_of_mut!((*slot).wall).write(wall);

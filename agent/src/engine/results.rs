@@ -67,6 +67,7 @@ impl Results {
     }
 
     /// Drops every result.
+    #[inline]
     pub fn clear(&mut self) {
         let len = std::mem::replace(&mut self.len, 0);
         for item in &mut self.items[..len] {
@@ -84,6 +85,7 @@ impl Default for Results {
 }
 
 impl Drop for Results {
+    #[inline]
     fn drop(&mut self) {
         self.clear();
     }

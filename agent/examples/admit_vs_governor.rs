@@ -2,8 +2,10 @@
 //! back to back on the same thread, round after round on fresh threads: on a machine
 //! whose speed drifts, the ratio within a round is steadier than either time alone.
 //!
-//! Two cases: one leased key against one governor key, and three dimensions (the leased
-//! key, a token bucket and a GCRA limiter, all or none) against three governor keys.
+//! Three cases: one leased key against one governor key; the same refused (an empty credit
+//! slot against a governor key whose one request an hour is spent); and three dimensions
+//! (the leased key, a token bucket and a GCRA limiter, all or none) against three governor
+//! keys.
 //!
 //! `cargo run --release -p leasehold-agent --example admit_vs_governor [ROUNDS]`
 
@@ -19,9 +21,14 @@ use std::time::Instant;
 
 const CHECKS: u64 = 3_000_000;
 
-/// Nanoseconds per check of the engine on `dims` and of governor on `keys`, on the
-/// calling thread.
-fn round(engine: &Engine, dims: &[Dimension<'_>], keys: &[&'static str]) -> (f64, f64) {
+/// Nanoseconds per check of the engine on `dims` and of governor on `keys` (with `quota`),
+/// on the calling thread.
+fn round(
+    engine: &Engine,
+    dims: &[Dimension<'_>],
+    keys: &[&'static str],
+    quota: Quota,
+) -> (f64, f64) {
     let req = AdmitRequest::new(dims);
     let mut decision = Decision::new();
     for i in 0..CHECKS / 10 {
@@ -33,9 +40,11 @@ fn round(engine: &Engine, dims: &[Dimension<'_>], keys: &[&'static str]) -> (f64
         black_box(decision.allowed);
     }
     let ours = start.elapsed().as_nanos() as f64 / CHECKS as f64;
-    let limiter = RateLimiter::<&str, _, _>::keyed(Quota::per_second(
-        NonZeroU32::new(u32::MAX).expect("non-zero"),
-    ));
+    let limiter = RateLimiter::<&str, _, _>::keyed(quota);
+    for k in keys {
+        // Spends a one-an-hour quota's only request, so that the timed checks refuse.
+        let _ = limiter.check_key(k);
+    }
     let start = Instant::now();
     for _ in 0..CHECKS {
         black_box(keys.iter().all(|k| limiter.check_key(k).is_ok()));
@@ -53,7 +62,10 @@ fn main() {
     let rounds: usize = std::env::args()
         .nth(1)
         .map_or(12, |r| r.parse().expect("ROUNDS is a number"));
-    let engine = setup::engine(setup::SHARE);
+    let plenty = setup::engine(setup::SHARE);
+    let empty = setup::engine(0);
+    let big = Quota::per_second(NonZeroU32::new(u32::MAX).expect("non-zero"));
+    let tiny = Quota::per_hour(NonZeroU32::new(1).expect("non-zero"));
     let acme = [("tenant", "acme")];
     let one = [Dimension::policy("leased", &acme)];
     let three = [
@@ -61,19 +73,29 @@ fn main() {
         Dimension::policy("tenant", &acme),
         Dimension::policy("route", &acme),
     ];
-    let cases: [(&str, &[Dimension<'_>], &[&'static str]); 2] = [
-        ("one key", &one, &["acme"]),
+    type Case<'a> = (
+        &'a str,
+        &'a Engine,
+        &'a [Dimension<'a>],
+        &'a [&'static str],
+        Quota,
+    );
+    let cases: [Case<'_>; 3] = [
+        ("one key", &plenty, &one, &["acme"], big),
+        ("one key refused", &empty, &one, &["acme"], tiny),
         (
             "three keys",
+            &plenty,
             &three,
             &["leased:acme", "tenant:acme", "route:acme"],
+            big,
         ),
     ];
-    for (name, dims, keys) in cases {
+    for (name, engine, dims, keys, quota) in cases {
         let mut results = Vec::new();
         for _ in 0..rounds {
             let (ours, theirs) =
-                std::thread::scope(|s| s.spawn(|| round(&engine, dims, keys)).join())
+                std::thread::scope(|s| s.spawn(|| round(engine, dims, keys, quota)).join())
                     .expect("round thread");
             println!(
                 "{name}: engine {ours:.1} ns, governor {theirs:.1} ns, ratio {:.2}",

@@ -258,6 +258,21 @@ impl Engine {
         ctx: &mut Ctx<'_>,
         scratch: Scratch<'_>,
     ) -> Step {
+        // The common case first: a full match is a jump through a table, whose load of
+        // the resolution's tag just stored waits for it.
+        if let Resolved::Policy(p) = res {
+            let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
+            if p.shadow {
+                shadow(&mut step);
+            }
+            return step;
+        }
+        self.check_other(res)
+    }
+
+    /// A dimension resolved to anything but a policy to apply.
+    #[inline(always)]
+    fn check_other(&self, res: Resolved<'_>) -> Step {
         match res {
             Resolved::NoRule => Step::pass(Outcome::NoRule),
             Resolved::UnknownPolicy => {
@@ -279,13 +294,7 @@ impl Engine {
                     step
                 }
             }
-            Resolved::Policy(p) => {
-                let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
-                if p.shadow {
-                    shadow(&mut step);
-                }
-                step
-            }
+            Resolved::Policy(_) => unreachable!("checked by `check` first"),
         }
     }
 

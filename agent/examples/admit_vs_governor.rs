@@ -2,16 +2,21 @@
 //! back to back on the same thread, round after round on fresh threads: on a machine
 //! whose speed drifts, the ratio within a round is steadier than either time alone.
 //!
-//! Three cases: one leased key against one governor key; the same refused (an empty credit
-//! slot against a governor key whose one request an hour is spent); and three dimensions
-//! (the leased key, a token bucket and a GCRA limiter, all or none) against three governor
-//! keys.
+//! Cases: one leased key against one governor key; the same refused (an empty credit slot
+//! against a governor key whose one request an hour is spent); and three dimensions (the
+//! leased key, a token bucket and a GCRA limiter, all or none) against three governor keys.
+//! governor's check reads its own clock where the engine is handed the time, so the
+//! admissions are also timed with governor on a clock that never moves (reading it is one
+//! load), the engine then being handed one unchanging time as well.
 //!
 //! `cargo run --release -p leasehold-agent --example admit_vs_governor [ROUNDS]`
 
 #[path = "../benches/admit/setup.rs"]
 mod setup;
 
+use governor::clock::{Clock, FakeRelativeClock, QuantaClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine};
 use leasehold_common::time::Nanos;
@@ -21,26 +26,59 @@ use std::time::Instant;
 
 const CHECKS: u64 = 3_000_000;
 
-/// Nanoseconds per check of the engine on `dims` and of governor on `keys` (with `quota`),
-/// on the calling thread.
+/// governor's keyed limiter (its default store) on clock `C`.
+type Keyed<C> = RateLimiter<
+    &'static str,
+    DashMapStateStore<&'static str>,
+    C,
+    NoOpMiddleware<<C as Clock>::Instant>,
+>;
+
+/// The clock governor reads on every check.
+#[derive(Copy, Clone)]
+enum GovernorClock {
+    /// Its default clock (TSC-based).
+    Own,
+    /// A clock that never moves.
+    Frozen,
+}
+
+/// Nanoseconds per check of the engine on `dims` and of governor on `keys` (with `quota`
+/// and `clock`), on the calling thread.
 fn round(
     engine: &Engine,
     dims: &[Dimension<'_>],
     keys: &[&'static str],
-    quota: Quota,
+    (quota, clock): (Quota, GovernorClock),
 ) -> (f64, f64) {
     let req = AdmitRequest::new(dims);
     let mut decision = Decision::new();
+    let frozen = matches!(clock, GovernorClock::Frozen);
+    let at = |i: u64| Nanos(if frozen { 1 } else { i });
     for i in 0..CHECKS / 10 {
-        engine.admit_into(&req, Nanos(i), &mut decision);
+        engine.admit_into(&req, at(i), &mut decision);
     }
     let start = Instant::now();
     for i in 0..CHECKS {
-        engine.admit_into(&req, Nanos(i), &mut decision);
+        engine.admit_into(&req, at(i), &mut decision);
         black_box(decision.allowed);
     }
     let ours = start.elapsed().as_nanos() as f64 / CHECKS as f64;
-    let limiter = RateLimiter::<&str, _, _>::keyed(quota);
+    let theirs = match clock {
+        GovernorClock::Own => time_governor(
+            Keyed::dashmap_with_clock(quota, QuantaClock::default()),
+            keys,
+        ),
+        GovernorClock::Frozen => time_governor(
+            Keyed::dashmap_with_clock(quota, FakeRelativeClock::default()),
+            keys,
+        ),
+    };
+    (ours, theirs)
+}
+
+/// Nanoseconds per check of `limiter` on `keys`.
+fn time_governor<C: Clock>(limiter: Keyed<C>, keys: &[&'static str]) -> f64 {
     for k in keys {
         // Spends a one-an-hour quota's only request, so that the timed checks refuse.
         let _ = limiter.check_key(k);
@@ -49,8 +87,7 @@ fn round(
     for _ in 0..CHECKS {
         black_box(keys.iter().all(|k| limiter.check_key(k).is_ok()));
     }
-    let theirs = start.elapsed().as_nanos() as f64 / CHECKS as f64;
-    (ours, theirs)
+    start.elapsed().as_nanos() as f64 / CHECKS as f64
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -64,6 +101,8 @@ fn main() {
         .map_or(12, |r| r.parse().expect("ROUNDS is a number"));
     let plenty = setup::engine(setup::SHARE);
     let empty = setup::engine(0);
+    // Its own: handed one time, an engine used on a moving clock would see it go back.
+    let still = setup::engine(setup::SHARE);
     let big = Quota::per_second(NonZeroU32::new(u32::MAX).expect("non-zero"));
     let tiny = Quota::per_hour(NonZeroU32::new(1).expect("non-zero"));
     let acme = [("tenant", "acme")];
@@ -78,24 +117,34 @@ fn main() {
         &'a Engine,
         &'a [Dimension<'a>],
         &'a [&'static str],
-        Quota,
+        (Quota, GovernorClock),
     );
-    let cases: [Case<'_>; 3] = [
-        ("one key", &plenty, &one, &["acme"], big),
-        ("one key refused", &empty, &one, &["acme"], tiny),
+    let three_keys = ["leased:acme", "tenant:acme", "route:acme"];
+    let (own, frozen) = (GovernorClock::Own, GovernorClock::Frozen);
+    let cases: [Case<'_>; 5] = [
+        ("one key", &plenty, &one, &["acme"], (big, own)),
+        ("one key refused", &empty, &one, &["acme"], (tiny, own)),
+        ("three keys", &plenty, &three, &three_keys, (big, own)),
         (
-            "three keys",
-            &plenty,
+            "one key, time frozen",
+            &still,
+            &one,
+            &["acme"],
+            (big, frozen),
+        ),
+        (
+            "three keys, time frozen",
+            &still,
             &three,
-            &["leased:acme", "tenant:acme", "route:acme"],
-            big,
+            &three_keys,
+            (big, frozen),
         ),
     ];
-    for (name, engine, dims, keys, quota) in cases {
+    for (name, engine, dims, keys, governor) in cases {
         let mut results = Vec::new();
         for _ in 0..rounds {
             let (ours, theirs) =
-                std::thread::scope(|s| s.spawn(|| round(engine, dims, keys, quota)).join())
+                std::thread::scope(|s| s.spawn(|| round(engine, dims, keys, governor)).join())
                     .expect("round thread");
             println!(
                 "{name}: engine {ours:.1} ns, governor {theirs:.1} ns, ratio {:.2}",

@@ -183,7 +183,7 @@ impl Engine {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn check_local(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::Local(limiter) = &entry.state else {
         unreachable!("called for local entries only");

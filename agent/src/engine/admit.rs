@@ -156,18 +156,20 @@ impl Engine {
         let mut units = [0u64; DIMENSIONS_LIMIT];
         let last = req.dimensions.len().saturating_sub(1);
         for (i, dim) in req.dimensions.iter().enumerate() {
-            let res = plan.get(i);
+            let policy = plan.policy(i);
             // No dimension checked after the last can refuse: its charge stands.
             ctx.begin(i, i < last);
-            let cost = res.policy().map_or(0, |p| units_of(p, req));
+            let cost = policy.map_or(0, |p| units_of(p, req));
             units[i] = cost;
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
+            } else if let Some(p) = plan.applied(i) {
+                self.check_applied(p, dim, cost, &mut ctx, scratch.reborrow())
             } else {
-                self.check(res, dim, cost, &mut ctx, scratch.reborrow())
+                self.check_other(plan.get(i))
             };
             note_refusal(decision, i, &step);
-            push_result(decision, res, &step);
+            push_result(decision, policy, &step);
         }
 
         let refused = decision.denial.is_some();
@@ -214,7 +216,7 @@ impl Engine {
         let step = self.check(res, dim, units, &mut ctx, scratch);
         note_refusal(decision, 0, &step);
         decision.allowed = decision.denial.is_none();
-        push_result(decision, res, &step);
+        push_result(decision, res.policy(), &step);
         // Only concurrency units are kept for a lone dimension.
         if !ctx.charges.is_empty() {
             if let Some(Charge { entry, units, .. }) = ctx.charges.take(0) {
@@ -261,13 +263,26 @@ impl Engine {
         // The common case first: a full match is a jump through a table, whose load of
         // the resolution's tag just stored waits for it.
         if let Resolved::Policy(p) = res {
-            let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
-            if p.shadow {
-                shadow(&mut step);
-            }
-            return step;
+            return self.check_applied(p, dim, units, ctx, scratch);
         }
         self.check_other(res)
+    }
+
+    /// A dimension resolved to policy `p`, applied.
+    #[inline(always)]
+    fn check_applied(
+        &self,
+        p: &CompiledPolicy,
+        dim: &Dimension<'_>,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+        scratch: Scratch<'_>,
+    ) -> Step {
+        let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
+        if p.shadow {
+            shadow(&mut step);
+        }
+        step
     }
 
     /// A dimension resolved to anything but a policy to apply.
@@ -357,8 +372,8 @@ fn note_refusal(decision: &mut Decision, index: usize, step: &Step) {
     decision.retry_after_ns = step.retry_after_ns;
 }
 
-fn push_result(decision: &mut Decision, res: Resolved<'_>, step: &Step) {
-    let p = res.policy();
+/// Appends dimension's result: `p` is the policy it resolved to, applied or replaced.
+fn push_result(decision: &mut Decision, p: Option<&CompiledPolicy>, step: &Step) {
     decision.results.push_parts(Parts {
         policy_id: p.map(|p| &p.pid),
         policy_version: p.map_or(0, |p| p.version),

@@ -129,23 +129,22 @@ impl<'r> Plan<'r> {
         hints: &mut PolicyHints,
     ) {
         let mut matched: [Option<&MatchedRule>; LIMIT] = [None; LIMIT];
+        let mut replacing = false;
         for (i, d) in dims.iter().enumerate() {
             let (res, rule) = resolve(rules, d, hints);
             self.kinds[i] = res.kind();
             self.policies[i] = res.policy();
+            replacing |= rule.is_some_and(|r| !r.replaces.is_empty());
             matched[i] = rule;
         }
-        self.apply_replaces(&matched[..dims.len()]);
+        if replacing {
+            self.apply_replaces(&matched[..dims.len()]);
+        }
     }
 
-    /// `matched[i]`: the rule dimension `i` matched, if any.
+    /// `matched[i]`: the rule dimension `i` matched, if any (one of them replacing others).
+    #[cold]
     fn apply_replaces(&mut self, matched: &[Option<&MatchedRule>]) {
-        if !matched
-            .iter()
-            .any(|r| r.is_some_and(|r| !r.replaces.is_empty()))
-        {
-            return;
-        }
         for (i, (kind, &rule)) in self.kinds.iter_mut().zip(matched).enumerate() {
             let (Kind::Policy, Some(rule)) = (*kind, rule) else {
                 continue;
@@ -175,6 +174,16 @@ impl<'r> Plan<'r> {
             // Policy kinds are stored with their policy (`Resolved::policy`), so this is
             // only ever a resolution to no rule.
             (Kind::NoRule | Kind::Policy | Kind::Replaced, _) => Resolved::NoRule,
+        }
+    }
+
+    /// Dimension `i`'s policy if it is to be applied (not replaced): the common case,
+    /// without building the whole resolution.
+    #[inline(always)]
+    pub(crate) fn applied(&self, i: usize) -> Option<&'r CompiledPolicy> {
+        match self.kinds[i] {
+            Kind::Policy => self.policies[i],
+            _ => None,
         }
     }
 

@@ -220,8 +220,8 @@ impl FastKey {
         }
     }
 
-    /// Whether `key`, a key of this policy version, is the key of `values`, compared in
-    /// place.
+    /// Whether `key`, a key of this policy version, is the key of `values` (one per part,
+    /// as [`find_values`](Self::find_values) gives them), compared in place.
     ///
     /// When `key` is the canonical key of plain values, a match means `values` are those
     /// very values, so they need no checking of their own: a plain value holds no `/`,
@@ -230,31 +230,32 @@ impl FastKey {
     /// begins every key of the version and is not compared.
     #[inline(always)]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
-        let len = self.fixed_len + values.iter().map(|v| v.len()).sum::<usize>();
-        if key.len() != len {
-            return false;
-        }
+        debug_assert_eq!(values.len(), self.parts.len(), "one value per part");
         let Some((first, later)) = self.parts.split_first() else {
             return same(key, &self.head);
         };
-        // Bytes rather than `str` slices: the lengths add up to the key's, so no bound
-        // fails, and byte ranges need no character-boundary checks.
+        // Walked once, each piece bounds-checked, and a match must end where the key
+        // does (summing the values' lengths first cost more than the comparisons). Bytes
+        // rather than `str` slices: byte ranges need no character-boundary checks.
         let key = key.as_bytes();
         let mut at = first.prefix.len();
         let mut values = values.iter();
         if !values.next().is_some_and(|v| value_at(key, &mut at, v)) {
             return false;
         }
-        for (part, value) in later.iter().zip(values) {
-            let Some(prefix) = key.get(at..at + part.prefix.len()) else {
-                return false;
-            };
-            at += part.prefix.len();
-            if !same_bytes(prefix, part.prefix.as_bytes()) || !value_at(key, &mut at, value) {
-                return false;
+        // Most policies key on one dimension: no loop to set up for them.
+        if !later.is_empty() {
+            for (part, value) in later.iter().zip(values) {
+                let Some(prefix) = key.get(at..at + part.prefix.len()) else {
+                    return false;
+                };
+                at += part.prefix.len();
+                if !same_bytes(prefix, part.prefix.as_bytes()) || !value_at(key, &mut at, value) {
+                    return false;
+                }
             }
         }
-        true
+        at == key.len()
     }
 
     /// Writes the canonical key of `entries` into `out` if they take the common case;
@@ -340,6 +341,22 @@ mod tests {
         assert!(!fast.build(&upper, &mut out), "needs lowercasing");
     }
 
+    /// A key of one dimension: the values are compared up to where the key ends.
+    #[test]
+    fn one_part_keys_match_only_their_whole_value() {
+        let p = Policy::from_yaml(
+            "id: api\ndimensions: [{name: tenant, required: true}]\n\
+             rate: {units: 1, per: 1s}\nburst: 1\n",
+        )
+        .unwrap();
+        let fast = FastKey::new(&p, &KeySchema::new(&p).unwrap());
+        let key = "api:tenant=acme";
+        assert!(fast.is_key_of(&["acme"], key));
+        for other in ["acm", "acmex", "", "acmf", "api:tenant=acme"] {
+            assert!(!fast.is_key_of(&[other], key), "{other:?}");
+        }
+    }
+
     /// The test policy's key schema and fast-path layout.
     fn layout() -> (KeySchema, FastKey) {
         let p = policy();
@@ -373,6 +390,20 @@ mod tests {
             Just("other".to_owned()),
         ];
         proptest::collection::vec((key, value()), 0..6)
+    }
+
+    /// Entries whose values take the fast path, in any order.
+    fn plain_entries() -> impl Strategy<Value = Vec<(String, String)>> {
+        let tier = prop_oneof![Just("gold".to_owned()), Just("silver".to_owned())];
+        ("[a-z0-9]{1,8}", "[a-z0-9]{1,10}", tier)
+            .prop_map(|(tenant, route, tier)| {
+                vec![
+                    ("tenant".to_owned(), tenant),
+                    ("route".to_owned(), route),
+                    ("tier".to_owned(), tier),
+                ]
+            })
+            .prop_shuffle()
     }
 
     proptest! {
@@ -433,9 +464,10 @@ mod tests {
         /// boundary is tried.
         #[test]
         fn only_the_keys_own_values_match_it(
-            a in entries(),
+            a in prop_oneof![entries(), plain_entries()],
             lens in proptest::collection::vec(0usize..40, 3),
             exact in any::<bool>(),
+            (which, nudge) in (0usize..3, -3isize..=3),
         ) {
             let (_, fast) = layout();
             let a = pairs(&a);
@@ -447,8 +479,15 @@ mod tests {
             fast.write(&own, &mut key);
             let mut at = 0;
             let mut cut = Vec::new();
-            // Half the cases cut at the values' own lengths, the match to find.
-            let lens: Vec<usize> = if exact { own.iter().map(|v| v.len()).collect() } else { lens };
+            // Half the cases cut at the values' own lengths, the match to find, but for
+            // one length moved by a little (a value cut short or run on).
+            let lens: Vec<usize> = if exact {
+                let mut lens: Vec<usize> = own.iter().map(|v| v.len()).collect();
+                lens[which] = lens[which].saturating_add_signed(nudge);
+                lens
+            } else {
+                lens
+            };
             for (part, len) in fast.parts.iter().zip(&lens) {
                 at += part.prefix.len();
                 let end = (at + len).min(key.len());

@@ -191,7 +191,7 @@ impl Engine {
     fn settle(&self, charge: Charge, refused: bool, index: usize, d: &mut Decision) {
         if refused {
             self.undo(charge);
-            d.results[index].outcome = Outcome::RolledBack;
+            d.results.set_outcome(index, Outcome::RolledBack);
         } else if let ChargeKind::InFlight = charge.kind {
             d.in_flight.push(charge.entry.into_arc(), charge.units);
         }

@@ -119,6 +119,12 @@ impl PolicyId {
         }
     }
 
+    /// Whether dropping this id releases a reference (an id too long to keep inline).
+    #[inline]
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self.0, Repr::Shared(_))
+    }
+
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Shared(id) => id,

@@ -11,6 +11,9 @@ use std::mem::MaybeUninit;
 /// Results in request order; dereferences to a slice.
 pub struct Results {
     len: usize,
+    /// Whether any result may need dropping (a policy id too long to keep inline holds a
+    /// reference): most decisions hold none, and clearing them is then one store.
+    owning: bool,
     items: [MaybeUninit<DimensionResult>; DIMENSIONS_LIMIT],
 }
 
@@ -28,6 +31,7 @@ impl Results {
     pub fn new() -> Self {
         Results {
             len: 0,
+            owning: false,
             items: [const { MaybeUninit::uninit() }; DIMENSIONS_LIMIT],
         }
     }
@@ -41,6 +45,7 @@ impl Results {
             self.len < DIMENSIONS_LIMIT,
             "more than {DIMENSIONS_LIMIT} results"
         );
+        self.owning |= result.policy_id.as_ref().is_some_and(PolicyId::is_shared);
         self.items[self.len].write(result);
         self.len += 1;
     }
@@ -52,6 +57,9 @@ impl Results {
             self.len < DIMENSIONS_LIMIT,
             "more than {DIMENSIONS_LIMIT} results"
         );
+        if parts.policy_id.is_some_and(PolicyId::is_shared) {
+            self.owning = true;
+        }
         let slot = self.items[self.len].as_mut_ptr();
         // SAFETY: `slot` points to this array's unused element; every field is written
         // before `len` counts it as initialised.
@@ -66,10 +74,23 @@ impl Results {
         self.len += 1;
     }
 
+    /// Sets result `index`'s outcome (a rollback), as a field no drop depends on.
+    ///
+    /// # Panics
+    /// When there is no such result.
+    pub(crate) fn set_outcome(&mut self, index: usize, outcome: Outcome) {
+        assert!(index < self.len, "no result {index}");
+        // SAFETY: the first `len` elements are initialised.
+        unsafe { self.items[index].assume_init_mut().outcome = outcome };
+    }
+
     /// Drops every result.
     #[inline]
     pub fn clear(&mut self) {
         let len = std::mem::replace(&mut self.len, 0);
+        if !std::mem::replace(&mut self.owning, false) {
+            return;
+        }
         for item in &mut self.items[..len] {
             // SAFETY: the first `len` elements were initialised, and `len` is already 0,
             // so none is dropped twice even if a drop panics.
@@ -101,6 +122,8 @@ impl std::ops::Deref for Results {
 
 impl std::ops::DerefMut for Results {
     fn deref_mut(&mut self) -> &mut [DimensionResult] {
+        // A result changed through the slice may be given an id that needs dropping.
+        self.owning = true;
         // SAFETY: the first `len` elements are initialised.
         unsafe { std::slice::from_raw_parts_mut(self.items.as_mut_ptr().cast(), self.len) }
     }
@@ -167,6 +190,48 @@ mod tests {
         r.clear();
         assert!(r.is_empty());
         assert_eq!(copy.len(), 2, "the copy owns its results");
+    }
+
+    /// Ids too long to keep inline hold a reference, which clearing gives back however
+    /// they came in; inline ids hold none.
+    #[test]
+    fn clearing_releases_shared_ids() {
+        let long: std::sync::Arc<str> = std::sync::Arc::from("a-policy-id-too-long-to-be-inline");
+        let id = PolicyId::new(&long);
+        let held = || std::sync::Arc::strong_count(&long);
+        let parts = |policy_id| Parts {
+            policy_id,
+            policy_version: 1,
+            outcome: Outcome::Admitted,
+            limit: 1,
+            remaining: 0,
+            reset_after_ns: 0,
+        };
+        let mut r = Results::new();
+        r.push_parts(parts(Some(&id)));
+        assert_eq!(held(), 3);
+        r.clear();
+        assert_eq!(held(), 2, "written in place");
+
+        r.push(result(1));
+        r.push(DimensionResult {
+            policy_id: Some(id.clone()),
+            ..result(2)
+        });
+        r.clear();
+        assert_eq!(held(), 2, "pushed whole");
+
+        r.push(result(1));
+        r.clear();
+        r.push(result(1));
+        r[0].policy_id = Some(id.clone());
+        r.set_outcome(0, Outcome::RolledBack);
+        assert_eq!(r[0].outcome, Outcome::RolledBack);
+        r.clear();
+        assert_eq!(held(), 2, "set through the slice");
+
+        let short = PolicyId::new(&std::sync::Arc::from("short"));
+        assert!(!short.is_shared() && id.is_shared());
     }
 
     #[test]

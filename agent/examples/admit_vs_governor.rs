@@ -5,9 +5,9 @@
 //! Cases: one leased key against one governor key; the same refused (an empty credit slot
 //! against a governor key whose one request an hour is spent); and three dimensions (the
 //! leased key, a token bucket and a GCRA limiter, all or none) against three governor keys.
-//! governor's check reads its own clock where the engine is handed the time, so the
-//! admissions are also timed with governor on a clock that never moves (reading it is one
-//! load), the engine then being handed one unchanging time as well.
+//! governor's check reads its own clock where the engine is handed the time, so every
+//! case is also timed with governor on a clock that never moves (reading it is one load),
+//! the engine then being handed one unchanging time as well.
 //!
 //! `cargo run --release -p leasehold-agent --example admit_vs_governor [ROUNDS]`
 
@@ -104,6 +104,7 @@ fn main() {
     let empty = setup::engine(0);
     // Its own: handed one time, an engine used on a moving clock would see it go back.
     let still = setup::engine(setup::SHARE);
+    let still_empty = setup::engine(0);
     let big = Quota::per_second(NonZeroU32::new(u32::MAX).expect("non-zero"));
     let tiny = Quota::per_hour(NonZeroU32::new(1).expect("non-zero"));
     let acme = [("tenant", "acme")];
@@ -122,7 +123,7 @@ fn main() {
     );
     let three_keys = ["leased:acme", "tenant:acme", "route:acme"];
     let (own, frozen) = (GovernorClock::Own, GovernorClock::Frozen);
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 6] = [
         ("one key", &plenty, &one, &["acme"], (big, own)),
         ("one key refused", &empty, &one, &["acme"], (tiny, own)),
         ("three keys", &plenty, &three, &three_keys, (big, own)),
@@ -132,6 +133,13 @@ fn main() {
             &one,
             &["acme"],
             (big, frozen),
+        ),
+        (
+            "one key refused, time frozen",
+            &still_empty,
+            &one,
+            &["acme"],
+            (tiny, frozen),
         ),
         (
             "three keys, time frozen",

@@ -144,28 +144,32 @@ pub(crate) struct LocalCharge {
 }
 
 impl LocalLimiter {
-    /// Charges `cost` at monotonic `now` (wall time `wall` for calendar quotas).
+    /// Charges `cost` at monotonic `now` (wall time `wall` for calendar quotas). One
+    /// dispatch on the algorithm for the charge and its reset time together.
     #[inline]
     pub(crate) fn try_take(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) -> LocalCharge {
-        let decision = match self {
-            LocalLimiter::TokenBucket(l) => l.try_take(cost, now),
-            LocalLimiter::Gcra(l) => l.try_take(cost, now),
-            LocalLimiter::FixedWindow(l) => l.try_take(cost, now),
-            LocalLimiter::SlidingWindow(l) => l.try_take(cost, now),
-            LocalLimiter::Calendar(l) => l.try_take(cost, wall),
-        };
-        let (admitted, remaining, retry_after_ns) = match decision {
-            AlgoDecision::Admit { remaining } => (true, remaining, 0),
-            AlgoDecision::Deny {
-                remaining,
-                retry_after_ns,
-            } => (false, remaining, retry_after_ns),
-        };
-        LocalCharge {
-            admitted,
-            remaining,
-            retry_after_ns,
-            reset_after_ns: self.reset_after_ns(now, wall),
+        match self {
+            LocalLimiter::TokenBucket(l) => {
+                let decision = l.try_take(cost, now);
+                charge(decision, l.ns_until(l.burst()))
+            }
+            LocalLimiter::Gcra(l) => {
+                let decision = l.try_take(cost, now);
+                charge(decision, l.tat().saturating_since(now))
+            }
+            LocalLimiter::FixedWindow(l) => {
+                let decision = l.try_take(cost, now);
+                charge(decision, l.window_bounds(now).1.saturating_since(now))
+            }
+            LocalLimiter::SlidingWindow(l) => charge(l.try_take(cost, now), l.window_ns()),
+            LocalLimiter::Calendar(l) => {
+                let decision = l.try_take(cost, wall);
+                let reset_after_ns = l.current_period().map_or(0, |(_, end)| {
+                    let ns = end.as_nanosecond() - wall.as_nanosecond();
+                    u64::try_from(ns.max(0)).unwrap_or(u64::MAX)
+                });
+                charge(decision, reset_after_ns)
+            }
         }
     }
 
@@ -179,18 +183,22 @@ impl LocalLimiter {
             LocalLimiter::Calendar(l) => l.refund(cost, wall),
         }
     }
+}
 
-    #[inline]
-    fn reset_after_ns(&self, now: Nanos, wall: jiff::Timestamp) -> u64 {
-        match self {
-            LocalLimiter::TokenBucket(l) => l.ns_until(l.burst()),
-            LocalLimiter::Gcra(l) => l.tat().saturating_since(now),
-            LocalLimiter::FixedWindow(l) => l.window_bounds(now).1.saturating_since(now),
-            LocalLimiter::SlidingWindow(l) => l.window_ns(),
-            LocalLimiter::Calendar(l) => l.current_period().map_or(0, |(_, end)| {
-                let ns = end.as_nanosecond() - wall.as_nanosecond();
-                u64::try_from(ns.max(0)).unwrap_or(u64::MAX)
-            }),
-        }
+/// A charge's outcome from the algorithm's decision, with the time until the limit is whole.
+#[inline(always)]
+fn charge(decision: AlgoDecision, reset_after_ns: u64) -> LocalCharge {
+    let (admitted, remaining, retry_after_ns) = match decision {
+        AlgoDecision::Admit { remaining } => (true, remaining, 0),
+        AlgoDecision::Deny {
+            remaining,
+            retry_after_ns,
+        } => (false, remaining, retry_after_ns),
+    };
+    LocalCharge {
+        admitted,
+        remaining,
+        retry_after_ns,
+        reset_after_ns,
     }
 }

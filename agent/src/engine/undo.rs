@@ -171,7 +171,9 @@ impl Charges {
         wall: jiff::Timestamp,
     ) {
         assert!(index < DIMENSIONS_LIMIT, "dimension {index} out of range");
-        drop(self.take(index));
+        if self.present & (1 << index) != 0 {
+            self.forget(index);
+        }
         let slot = self.kept[index].as_mut_ptr();
         // SAFETY: `slot` points into `self.kept`, valid for writes, and holds no value
         // (taken just above); every field is written before the bit marks it present.
@@ -188,10 +190,20 @@ impl Charges {
         self.present |= 1 << index;
     }
 
+    /// Drops the charge kept for dimension `index` (a dimension charges once; this is
+    /// only the safe answer to a second charge).
+    #[cold]
+    fn forget(&mut self, index: usize) {
+        drop(self.take(index));
+    }
+
     /// Dimension `index`'s charge, if one is kept; it is no longer kept.
     #[inline]
     pub(crate) fn take(&mut self, index: usize) -> Option<Charge> {
-        let bit = 1u32.checked_shl(u32::try_from(index).ok()?)?;
+        if index >= DIMENSIONS_LIMIT {
+            return None;
+        }
+        let bit = 1u32 << index;
         if self.present & bit == 0 {
             return None;
         }

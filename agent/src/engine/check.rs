@@ -24,8 +24,10 @@ struct KeyAt<'k> {
 impl Engine {
     /// Inline, as every step of the hot path: a step returned from a call is read back in
     /// pieces other than those it was written in, and the read waits.
+    ///
+    /// `LONE`: the request has this one dimension.
     #[inline(always)]
-    pub(crate) fn check_policy(
+    pub(crate) fn check_policy<const LONE: bool>(
         &self,
         p: &CompiledPolicy,
         entries: &[(&str, &str)],
@@ -47,7 +49,7 @@ impl Engine {
         } = scratch;
         let KeyBuffers { fast, builder } = keys;
         let mut values = PlainValues::new();
-        let found = p.fast_key.find_values(entries, &mut values);
+        let found = p.fast_key.find_values(entries, &mut values, LONE);
         let found_hash = found.then(|| values_hash(&values, p.generation));
         if let Some(vh) = found_hash {
             // This cache holds only entries made from plain values, and values matching

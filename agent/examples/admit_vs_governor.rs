@@ -1,6 +1,7 @@
 //! Admission on one thread, the engine's `admit_into` and governor's keyed check timed
-//! back to back on the same thread, round after round on fresh threads: on a machine
-//! whose speed drifts, the ratio within a round is steadier than either time alone.
+//! in turn on the same thread, a slice of checks each, round after round on fresh
+//! threads: on a machine whose speed drifts, the ratio within a round is steadier than
+//! either time alone.
 //!
 //! Cases: one leased key against one governor key; the same refused (an empty credit slot
 //! against a governor key whose one request an hour is spent); and three dimensions (the
@@ -22,7 +23,8 @@ use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine};
 use leasehold_common::time::Nanos;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 const CHECKS: u64 = 3_000_000;
 
@@ -43,6 +45,15 @@ enum GovernorClock {
     Frozen,
 }
 
+/// Checks of each side per round, timed in slices of [`SLICE`] taken in turn, so that
+/// both sides see the machine as it is from one moment to the next.
+const SLICE: u64 = 50_000;
+
+/// The engine's time when it moves, in nanoseconds: every round continues where the last
+/// one stopped, so that no thread's time goes back (a decision clamps and counts a
+/// reading that does, which is not what an agent does on every request).
+static TIME: AtomicU64 = AtomicU64::new(1);
+
 /// Nanoseconds per check of the engine on `dims` and of governor on `keys` (with `quota`
 /// and `clock`), on the calling thread.
 fn round(
@@ -51,44 +62,60 @@ fn round(
     keys: &[&'static str],
     (quota, clock): (Quota, GovernorClock),
 ) -> (f64, f64) {
-    let req = AdmitRequest::new(dims);
-    let mut decision = Decision::new();
-    let frozen = matches!(clock, GovernorClock::Frozen);
-    let at = |i: u64| Nanos(if frozen { 1 } else { i });
-    for i in 0..CHECKS / 10 {
-        engine.admit_into(&req, at(i), &mut decision);
+    match clock {
+        GovernorClock::Own => {
+            let limiter = Keyed::dashmap_with_clock(quota, QuantaClock::default());
+            alternate(engine, dims, keys, &limiter, None)
+        }
+        GovernorClock::Frozen => {
+            let limiter = Keyed::dashmap_with_clock(quota, FakeRelativeClock::default());
+            alternate(engine, dims, keys, &limiter, Some(Nanos(1)))
+        }
     }
-    let start = Instant::now();
-    for i in 0..CHECKS {
-        engine.admit_into(&req, at(i), &mut decision);
-        black_box(decision.allowed);
-    }
-    let ours = start.elapsed().as_nanos() as f64 / CHECKS as f64;
-    let theirs = match clock {
-        GovernorClock::Own => time_governor(
-            Keyed::dashmap_with_clock(quota, QuantaClock::default()),
-            keys,
-        ),
-        GovernorClock::Frozen => time_governor(
-            Keyed::dashmap_with_clock(quota, FakeRelativeClock::default()),
-            keys,
-        ),
-    };
-    (ours, theirs)
 }
 
-/// Nanoseconds per check of `limiter` on `keys`.
-fn time_governor<C: Clock>(limiter: Keyed<C>, keys: &[&'static str]) -> f64 {
+/// [`round`] with `limiter`; the engine is handed `fixed` every time, or a time that
+/// moves on by a nanosecond a check.
+fn alternate<C: Clock>(
+    engine: &Engine,
+    dims: &[Dimension<'_>],
+    keys: &[&'static str],
+    limiter: &Keyed<C>,
+    fixed: Option<Nanos>,
+) -> (f64, f64) {
+    let req = AdmitRequest::new(dims);
+    let mut decision = Decision::new();
+    let mut ours = |checks: u64| {
+        let base = TIME.fetch_add(checks, Ordering::Relaxed);
+        let start = Instant::now();
+        for i in 0..checks {
+            let now = fixed.unwrap_or(Nanos(base + i));
+            engine.admit_into(&req, now, &mut decision);
+            black_box(decision.allowed);
+        }
+        start.elapsed()
+    };
+    let theirs = |checks: u64| {
+        let start = Instant::now();
+        for _ in 0..checks {
+            black_box(keys.iter().all(|k| limiter.check_key(k).is_ok()));
+        }
+        start.elapsed()
+    };
     for k in keys {
         // Puts the key in governor's map before timing; with the one-an-hour quota this
         // also spends its only request, so that the timed checks refuse.
         let _ = limiter.check_key(k);
     }
-    let start = Instant::now();
-    for _ in 0..CHECKS {
-        black_box(keys.iter().all(|k| limiter.check_key(k).is_ok()));
+    ours(CHECKS / 10);
+    theirs(CHECKS / 10);
+    let (mut engine_time, mut governor_time) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..CHECKS / SLICE {
+        engine_time += ours(SLICE);
+        governor_time += theirs(SLICE);
     }
-    start.elapsed().as_nanos() as f64 / CHECKS as f64
+    let per_check = |d: Duration| d.as_nanos() as f64 / (CHECKS / SLICE * SLICE) as f64;
+    (per_check(engine_time), per_check(governor_time))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

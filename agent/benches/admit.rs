@@ -13,7 +13,6 @@ use leasehold_common::time::Nanos;
 use setup::engine;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const ONE: [Dimension<'static>; 1] = [Dimension {
@@ -33,11 +32,6 @@ const THREE: [Dimension<'static>; 3] = [
     },
 ];
 
-/// The engine's time, in nanoseconds: every run continues where the last one stopped,
-/// so that no thread's time goes back between runs (a decision clamps and counts a
-/// reading that does, which is not what an agent does on every request).
-static TIME: AtomicU64 = AtomicU64::new(1);
-
 /// Runs `iters` calls of `f` split over `threads` threads, each call given a time no
 /// earlier than its thread's last; returns the wall time.
 fn spread(threads: u64, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
@@ -46,7 +40,7 @@ fn spread(threads: u64, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
 
 /// [`spread`] with one `S` per thread (e.g. a decision), reused for every call.
 fn spread_with<S: Default>(threads: u64, iters: u64, f: &(dyn Fn(u64, &mut S) + Sync)) -> Duration {
-    let base = TIME.fetch_add(threads * iters, Ordering::Relaxed);
+    let base = setup::reserve_ns(threads * iters);
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {

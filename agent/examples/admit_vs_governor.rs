@@ -24,7 +24,6 @@ use leasehold_agent::engine::{AdmitRequest, Decision, Dimension, Engine};
 use leasehold_common::time::Nanos;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const CHECKS: u64 = 3_000_000;
@@ -49,11 +48,6 @@ enum GovernorClock {
 /// Checks of each side per round, timed in slices of [`SLICE`] taken in turn, so that
 /// both sides see the machine as it is from one moment to the next.
 const SLICE: u64 = 50_000;
-
-/// The engine's time when it moves, in nanoseconds: every round continues where the last
-/// one stopped, so that no thread's time goes back (a decision clamps and counts a
-/// reading that does, which is not what an agent does on every request).
-static TIME: AtomicU64 = AtomicU64::new(1);
 
 /// Nanoseconds per check of the engine on `dims` and of governor on `keys` (with `quota`
 /// and `clock`), on the calling thread.
@@ -87,7 +81,7 @@ fn alternate<C: Clock>(
     let req = AdmitRequest::new(dims);
     let mut decision = Decision::new();
     let mut ours = |checks: u64| {
-        let base = TIME.fetch_add(checks, Ordering::Relaxed);
+        let base = setup::reserve_ns(checks);
         let start = Instant::now();
         for i in 0..checks {
             let now = fixed.unwrap_or(Nanos(base + i));

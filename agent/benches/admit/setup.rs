@@ -4,6 +4,7 @@ use leasehold_agent::credit::SlotState;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Nanos;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A billion units a second, with a burst of a thousand seconds' worth: an agent holds a
 /// share of it, and each admission works out the time until the burst is whole again (a
@@ -42,4 +43,14 @@ pub fn engine(credit: u64) -> Engine {
     slot.deposit(credit, u64::MAX);
     slot.set_state(SlotState::Active);
     engine
+}
+
+/// The engine's time, in nanoseconds, handed out in runs that continue one from another, so
+/// that no thread's time goes back between runs (a decision clamps and counts a reading
+/// that does, which is not what an agent does on every request).
+static TIME: AtomicU64 = AtomicU64::new(1);
+
+/// The first of `n` nanoseconds of the engine's time that no other run is handed.
+pub fn reserve_ns(n: u64) -> u64 {
+    TIME.fetch_add(n, Ordering::Relaxed)
 }

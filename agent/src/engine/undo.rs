@@ -176,7 +176,8 @@ impl Charges {
         }
         let slot = self.kept[index].as_mut_ptr();
         // SAFETY: `slot` points into `self.kept`, valid for writes, and holds no value
-        // (taken just above); every field is written before the bit marks it present.
+        // (any earlier charge of this dimension was dropped just above); every field is
+        // written before the bit marks it present.
         unsafe {
             addr_of_mut!((*slot).kind).write(kind);
             // Moved field by field: its count, if any, goes with them.

@@ -128,9 +128,9 @@ impl Engine {
                 return refuse(decision, DenyReason::SelfProtection, retry_after_ns);
             }
         }
-        let version = self.rules_version.load(Ordering::Acquire);
+        let stamp = self.rules_stamp.load(Ordering::Acquire);
         tcache::with(|cache| {
-            let (rules, scratch) = cache.rules(self.uid, version, || self.rules.load_full());
+            let (rules, scratch) = cache.rules(self.uid, stamp, || self.rules.load_full());
             match req.dimensions {
                 [dim] => self.decide_one(rules, req, dim, (now, slot), decision, scratch),
                 _ => self.decide_many(rules, req, (now, slot), decision, scratch),
@@ -164,7 +164,7 @@ impl Engine {
             let step = if decision.denial.is_some() {
                 Step::pass(Outcome::Skipped)
             } else if let Some(p) = plan.applied(i) {
-                self.check_applied::<false>(p, dim, cost, &mut ctx, scratch.reborrow())
+                self.check_applied(p, dim, cost, &mut ctx, scratch.reborrow())
             } else {
                 self.check_other(plan.get(i))
             };
@@ -263,14 +263,14 @@ impl Engine {
         // The common case first: a full match is a jump through a table, whose load of
         // the resolution's tag just stored waits for it.
         if let Resolved::Policy(p) = res {
-            return self.check_applied::<true>(p, dim, units, ctx, scratch);
+            return self.check_applied(p, dim, units, ctx, scratch);
         }
         self.check_other(res)
     }
 
-    /// A dimension resolved to policy `p`, applied; `LONE`: the request's only one.
+    /// A dimension resolved to policy `p`, applied.
     #[inline(always)]
-    fn check_applied<const LONE: bool>(
+    fn check_applied(
         &self,
         p: &CompiledPolicy,
         dim: &Dimension<'_>,
@@ -278,7 +278,7 @@ impl Engine {
         ctx: &mut Ctx<'_>,
         scratch: Scratch<'_>,
     ) -> Step {
-        let mut step = self.check_policy::<LONE>(p, dim.entries, units, ctx, scratch);
+        let mut step = self.check_policy(p, dim.entries, units, ctx, scratch);
         if p.shadow {
             shadow(&mut step);
         }

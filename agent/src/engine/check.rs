@@ -24,10 +24,8 @@ struct KeyAt<'k> {
 impl Engine {
     /// Inline, as every step of the hot path: a step returned from a call is read back in
     /// pieces other than those it was written in, and the read waits.
-    ///
-    /// `LONE`: the request has this one dimension.
     #[inline(always)]
-    pub(crate) fn check_policy<const LONE: bool>(
+    pub(crate) fn check_policy(
         &self,
         p: &CompiledPolicy,
         entries: &[(&str, &str)],
@@ -49,7 +47,7 @@ impl Engine {
         } = scratch;
         let KeyBuffers { fast, builder } = keys;
         let mut values = PlainValues::new();
-        let found = p.fast_key.find_values(entries, &mut values, LONE);
+        let found = p.fast_key.find_values(entries, &mut values);
         let found_hash = found.then(|| values_hash(&values, p.generation));
         if let Some(vh) = found_hash {
             // This cache holds only entries made from plain values, and values matching

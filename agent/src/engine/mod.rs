@@ -102,8 +102,9 @@ use table::KeyTable;
 /// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
 pub struct Engine {
     rules: ArcSwap<RuleSet>,
-    /// Bumped after every change of `rules`, so threads know their cached set is stale.
-    rules_version: AtomicU64,
+    /// The stamp of `rules`, renewed after every change of them, so threads know their
+    /// cached set is stale.
+    rules_stamp: AtomicU64,
     /// Tells this engine's state apart in threads' caches.
     uid: u64,
     /// Serialises reloads so that each builds on the rule set it replaces.
@@ -140,7 +141,7 @@ impl EngineBuilder {
         let stripes = stripes::stripe_count();
         Ok(Engine {
             rules: ArcSwap::from_pointee(set),
-            rules_version: AtomicU64::new(0),
+            rules_stamp: AtomicU64::new(tcache::next_rules_stamp()),
             uid: tcache::next_engine_uid(),
             reload_lock: Mutex::new(()),
             table: KeyTable::new(
@@ -169,8 +170,9 @@ impl Engine {
 
     fn store_rules(&self, set: RuleSet) {
         self.rules.store(Arc::new(set));
-        // After the store: a thread that sees the new version loads at least this set.
-        self.rules_version.fetch_add(1, Ordering::Release);
+        // After the store: a thread that sees the new stamp loads at least this set.
+        let stamp = tcache::next_rules_stamp();
+        self.rules_stamp.store(stamp, Ordering::Release);
     }
 
     /// What dimensions naming an unknown policy id get.

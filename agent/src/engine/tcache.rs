@@ -38,6 +38,16 @@ pub(crate) fn next_engine_uid() -> u64 {
     NEXT_ENGINE_UID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Stamps of rule sets, unique across every engine of the process (never zero, which a
+/// fresh thread cache holds), so that one comparison tells a thread whether its cached
+/// set is the engine's current one.
+static NEXT_RULES_STAMP: AtomicU64 = AtomicU64::new(1);
+
+/// A stamp no rule set has had before.
+pub(crate) fn next_rules_stamp() -> u64 {
+    NEXT_RULES_STAMP.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Key buffers of one thread: the fast path's and the general builder's. Building a key
 /// for an existing entry allocates nothing once they have grown to the longest key.
 pub(crate) struct KeyBuffers {
@@ -167,7 +177,8 @@ impl Scratch<'_> {
 /// What one thread keeps between decisions.
 pub(crate) struct ThreadCache {
     engine_uid: u64,
-    rules_version: u64,
+    /// The stamp of `rules` (0 until a set is loaded).
+    rules_stamp: u64,
     rules: Option<Arc<RuleSet>>,
     hints: PolicyHints,
     keys: KeyBuffers,
@@ -178,7 +189,7 @@ impl ThreadCache {
     pub(crate) fn new() -> Self {
         ThreadCache {
             engine_uid: 0,
-            rules_version: 0,
+            rules_stamp: 0,
             rules: None,
             hints: PolicyHints::default(),
             keys: KeyBuffers::new(),
@@ -186,18 +197,19 @@ impl ThreadCache {
         }
     }
 
-    /// The rule set of engine `uid` at `version`, loading it with `load` when this thread
-    /// last saw another engine or another version. Returns it with the key state. Called
-    /// once as each request starts.
+    /// The rule set of engine `uid` stamped `stamp`, loading it with `load` when this
+    /// thread last saw another set. Returns it with the key state. Called once as each
+    /// request starts.
     #[inline]
     pub(crate) fn rules(
         &mut self,
         uid: u64,
-        version: u64,
+        stamp: u64,
         load: impl FnOnce() -> Arc<RuleSet>,
     ) -> (&RuleSet, Scratch<'_>) {
-        if self.engine_uid != uid || self.rules_version != version || self.rules.is_none() {
-            self.refresh(uid, version, load);
+        // Stamps are unique across engines: a match is this engine's current set.
+        if self.rules_stamp != stamp || self.rules.is_none() {
+            self.refresh(uid, stamp, load);
         }
         let rules = self.rules.as_deref().expect("loaded above");
         let scratch = Scratch {
@@ -209,12 +221,12 @@ impl ThreadCache {
     }
 
     #[cold]
-    fn refresh(&mut self, uid: u64, version: u64, load: impl FnOnce() -> Arc<RuleSet>) {
+    fn refresh(&mut self, uid: u64, stamp: u64, load: impl FnOnce() -> Arc<RuleSet>) {
         if self.engine_uid != uid {
             self.entries.clear();
             self.engine_uid = uid;
         }
-        self.rules_version = version;
+        self.rules_stamp = stamp;
         self.rules = Some(load());
         self.hints = PolicyHints::default();
     }

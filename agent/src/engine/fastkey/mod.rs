@@ -156,29 +156,34 @@ impl FastKey {
         entries: &[(&str, &'e str)],
         values: &mut PlainValues<'e>,
     ) -> bool {
-        self.find_values(entries, values, true) && self.are_plain(values)
+        self.find_values(entries, values) && self.are_plain(values)
     }
 
     /// Puts the value of each key dimension into `values`, unchecked; false when one is
     /// absent or given twice (or there are too many entries): then only the general
-    /// builder decides.
+    /// builder decides. The most common dimension of all, one entry for a policy keyed on
+    /// one dimension, is found with one comparison of the entry's name.
     #[inline(always)]
-    ///
-    /// `lone_first`: look first for the most common request of all, one entry for a
-    /// policy keyed on one dimension. Worth it for a request of one dimension; in the
-    /// loop over several, the extra code measured slower than the search it saves.
     pub(crate) fn find_values<'e>(
         &self,
         entries: &[(&str, &'e str)],
         values: &mut PlainValues<'e>,
-        lone_first: bool,
+    ) -> bool {
+        if let ([part], [(name, value)]) = (&self.parts[..], entries) {
+            values.len = 0;
+            return same(name, &part.name) && values.push(value);
+        }
+        self.search_values(entries, values)
+    }
+
+    /// [`find_values`](Self::find_values) by searching the entries for each dimension.
+    #[inline(always)]
+    pub(crate) fn search_values<'e>(
+        &self,
+        entries: &[(&str, &'e str)],
+        values: &mut PlainValues<'e>,
     ) -> bool {
         values.len = 0;
-        if lone_first {
-            if let ([part], [(name, value)]) = (&self.parts[..], entries) {
-                return same(name, &part.name) && values.push(value);
-            }
-        }
         if entries.len() > ENTRIES_MAX {
             return false;
         }
@@ -241,28 +246,30 @@ impl FastKey {
     #[inline(always)]
     pub(crate) fn is_key_of(&self, values: &[&str], key: &str) -> bool {
         debug_assert_eq!(values.len(), self.parts.len(), "one value per part");
+        if let [value] = values {
+            // One part: the key is its prefix (all of the fixed bytes) and the value.
+            // Bytes rather than `str` slices: byte ranges need no boundary checks.
+            let rest = key.as_bytes().get(self.fixed_len..);
+            return rest.is_some_and(|rest| same_bytes(rest, value.as_bytes()));
+        }
         let Some((first, later)) = self.parts.split_first() else {
             return same(key, &self.head);
         };
         // Walked once, each piece bounds-checked, and a match must end where the key
-        // does (summing the values' lengths first cost more than the comparisons). Bytes
-        // rather than `str` slices: byte ranges need no character-boundary checks.
+        // does (summing the values' lengths first cost more than the comparisons).
         let key = key.as_bytes();
         let mut at = first.prefix.len();
         let mut values = values.iter();
         if !values.next().is_some_and(|v| value_at(key, &mut at, v)) {
             return false;
         }
-        // Most policies key on one dimension: no loop to set up for them.
-        if !later.is_empty() {
-            for (part, value) in later.iter().zip(values) {
-                let Some(prefix) = key.get(at..at + part.prefix.len()) else {
-                    return false;
-                };
-                at += part.prefix.len();
-                if !same_bytes(prefix, part.prefix.as_bytes()) || !value_at(key, &mut at, value) {
-                    return false;
-                }
+        for (part, value) in later.iter().zip(values) {
+            let Some(prefix) = key.get(at..at + part.prefix.len()) else {
+                return false;
+            };
+            at += part.prefix.len();
+            if !same_bytes(prefix, part.prefix.as_bytes()) || !value_at(key, &mut at, value) {
+                return false;
             }
         }
         at == key.len()
@@ -286,12 +293,16 @@ impl FastKey {
 #[inline(always)]
 pub(crate) fn values_hash(values: &[&str], seed: u64) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = seed.wrapping_mul(K);
-    for v in values {
-        h = (h ^ super::bytes::sample(v)).wrapping_mul(K);
-        h ^= h >> 29;
+    let mix = |h: u64, v: &str| {
+        let h = (h ^ super::bytes::sample(v)).wrapping_mul(K);
+        h ^ (h >> 29)
+    };
+    let seeded = seed.wrapping_mul(K);
+    // Most keys have one dimension: their hash is straight code, without a loop.
+    if let [value] = values {
+        return mix(seeded, value);
     }
-    h
+    values.iter().fold(seeded, |h, v| mix(h, v))
 }
 
 /// Whether `key` holds `value` at `at`, which moves past it.

@@ -159,11 +159,11 @@ proptest! {
         let schema = KeySchema::new(&p).unwrap();
         let fast = FastKey::new(&p, &schema);
         let pairs = pairs(&entries);
-        let (mut lone, mut general) = (PlainValues::new(), PlainValues::new());
-        let found = fast.find_values(&pairs, &mut lone, true);
-        prop_assert_eq!(found, fast.find_values(&pairs, &mut general, false));
+        let (mut shortcut, mut general) = (PlainValues::new(), PlainValues::new());
+        let found = fast.find_values(&pairs, &mut shortcut);
+        prop_assert_eq!(found, fast.search_values(&pairs, &mut general));
         if found {
-            prop_assert_eq!(&lone[..], &general[..]);
+            prop_assert_eq!(&shortcut[..], &general[..]);
         }
         as_builder_builds(&schema, &fast, &pairs, |pairs| {
             pairs.iter().filter(|(k, _)| *k == "tenant").count() == 1

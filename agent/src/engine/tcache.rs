@@ -177,9 +177,10 @@ impl Scratch<'_> {
 /// What one thread keeps between decisions.
 pub(crate) struct ThreadCache {
     engine_uid: u64,
-    /// The stamp of `rules` (0 until a set is loaded).
+    /// The stamp of `rules` (0, which no set has, until a set is loaded).
     rules_stamp: u64,
-    rules: Option<Arc<RuleSet>>,
+    /// Empty until the first request loads an engine's set.
+    rules: Arc<RuleSet>,
     hints: PolicyHints,
     keys: KeyBuffers,
     entries: EntryCache,
@@ -190,7 +191,7 @@ impl ThreadCache {
         ThreadCache {
             engine_uid: 0,
             rules_stamp: 0,
-            rules: None,
+            rules: Arc::default(),
             hints: PolicyHints::default(),
             keys: KeyBuffers::new(),
             entries: EntryCache::new(),
@@ -208,10 +209,10 @@ impl ThreadCache {
         load: impl FnOnce() -> Arc<RuleSet>,
     ) -> (&RuleSet, Scratch<'_>) {
         // Stamps are unique across engines: a match is this engine's current set.
-        if self.rules_stamp != stamp || self.rules.is_none() {
+        if self.rules_stamp != stamp {
             self.refresh(uid, stamp, load);
         }
-        let rules = self.rules.as_deref().expect("loaded above");
+        let rules = &*self.rules;
         let scratch = Scratch {
             keys: &mut self.keys,
             entries: &mut self.entries,
@@ -227,7 +228,7 @@ impl ThreadCache {
             self.engine_uid = uid;
         }
         self.rules_stamp = stamp;
-        self.rules = Some(load());
+        self.rules = load();
         self.hints = PolicyHints::default();
     }
 }

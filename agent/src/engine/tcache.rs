@@ -73,8 +73,9 @@ impl KeyBuffers {
 /// kept to undo refer to their entries without counts of their own (`undo::Found`). A
 /// request of one dimension keeps no such charge.
 pub(crate) struct EntryCache {
-    entries: Box<[Option<Arc<Entry>>]>,
-    plain: Box<[Option<Arc<Entry>>]>,
+    /// Arrays of a fixed size, so that an index masked to it needs no bounds check.
+    entries: Box<[Option<Arc<Entry>>; KEYS_CACHED]>,
+    plain: Box<[Option<Arc<Entry>>; KEYS_CACHED]>,
     /// Entries displaced lately, kept from the start of the current request of several
     /// dimensions ([`hold_displaced`](Self::hold_displaced)) to its end. At most
     /// [`DIMENSIONS_LIMIT`]: a dimension puts at most one entry, and once full the list is
@@ -85,8 +86,8 @@ pub(crate) struct EntryCache {
 impl EntryCache {
     fn new() -> Self {
         EntryCache {
-            entries: vec![None; KEYS_CACHED].into_boxed_slice(),
-            plain: vec![None; KEYS_CACHED].into_boxed_slice(),
+            entries: Box::new(std::array::from_fn(|_| None)),
+            plain: Box::new(std::array::from_fn(|_| None)),
             displaced: Vec::with_capacity(DIMENSIONS_LIMIT),
         }
     }

@@ -156,15 +156,20 @@ pub(crate) struct PerSlot<T>(Box<[Padded<T>; SLOTS_MAX + 1]>);
 
 impl<T: Default> PerSlot<T> {
     pub(crate) fn new() -> Self {
-        let stripes: Box<[Padded<T>]> = (0..=SLOTS_MAX).map(|_| Padded::default()).collect();
+        Self::from_fn(T::default)
+    }
+}
+
+impl<T> PerSlot<T> {
+    /// Each stripe made by `make`.
+    pub(crate) fn from_fn(make: impl Fn() -> T) -> Self {
+        let stripes: Box<[Padded<T>]> = (0..=SLOTS_MAX).map(|_| Padded(make())).collect();
         match stripes.try_into() {
             Ok(stripes) => PerSlot(stripes),
             Err(_) => unreachable!("made with SLOTS_MAX + 1 stripes"),
         }
     }
-}
 
-impl<T> PerSlot<T> {
     /// The stripe of `slot`, taken by this thread.
     #[inline]
     pub(crate) fn at(&self, Slot(slot): Slot) -> Local<'_, T> {
@@ -252,7 +257,7 @@ pub(crate) fn add(counter: &AtomicU64, n: u64, exclusive: bool) -> u64 {
 /// thread that sees it. Readings of different threads are not ordered against each other:
 /// that ordering would need one shared line written by every decision, and each key's
 /// algorithm already treats a reading behind its own last one as no elapsed time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ClockStripe {
     last_ns: AtomicU64,
     rollbacks: AtomicU64,
@@ -260,9 +265,18 @@ pub(crate) struct ClockStripe {
 }
 
 impl ClockStripe {
+    /// A stripe no reading has passed yet: readings before `start` are clamped to it.
+    fn starting_at(start: Nanos) -> Self {
+        ClockStripe {
+            last_ns: AtomicU64::new(start.0),
+            rollbacks: AtomicU64::new(0),
+            rollback_ns: AtomicU64::new(0),
+        }
+    }
+
     #[inline]
-    pub(crate) fn observe(&self, raw: Nanos, start: Nanos, exclusive: bool) -> Nanos {
-        let last = self.last_ns.load(Ordering::Relaxed).max(start.0);
+    pub(crate) fn observe(&self, raw: Nanos, exclusive: bool) -> Nanos {
+        let last = self.last_ns.load(Ordering::Relaxed);
         if raw.0 > last {
             if exclusive {
                 self.last_ns.store(raw.0, Ordering::Relaxed);
@@ -292,15 +306,13 @@ impl ClockStripe {
 /// The engine's clock guard: one [`ClockStripe`] per stripe, starting at `start`.
 #[derive(Debug)]
 pub(crate) struct StripedClock {
-    start: Nanos,
     stripes: PerSlot<ClockStripe>,
 }
 
 impl StripedClock {
     pub(crate) fn new(start: Nanos) -> Self {
         StripedClock {
-            start,
-            stripes: PerSlot::new(),
+            stripes: PerSlot::from_fn(|| ClockStripe::starting_at(start)),
         }
     }
 
@@ -313,7 +325,7 @@ impl StripedClock {
     #[inline]
     pub(crate) fn observe_at(&self, raw: Nanos, slot: Slot) -> Nanos {
         let local = self.stripes.at(slot);
-        local.value.observe(raw, self.start, local.exclusive)
+        local.value.observe(raw, local.exclusive)
     }
 
     pub(crate) fn stats(&self) -> RollbackStats {
@@ -333,7 +345,8 @@ mod tests {
     fn one_thread_matches_the_single_owner_guard() {
         let striped = StripedClock::new(Nanos(2));
         let mut single = ClockGuard::new(Nanos(2));
-        for raw in [5u64, 3, 9, 9, 1, 20, 19, 0, 21] {
+        // Readings before the start are clamped to it, as later ones to the last.
+        for raw in [1u64, 2, 5, 3, 9, 9, 1, 20, 19, 0, 21] {
             assert_eq!(striped.observe(Nanos(raw)), single.observe(Nanos(raw)));
         }
         assert_eq!(striped.stats(), single.stats());

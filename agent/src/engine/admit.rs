@@ -111,13 +111,14 @@ impl Engine {
     pub fn admit_into(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision) {
         decision.reset();
         let slot = Slot::current();
-        decision.decision_id = self.next_decision_id(slot);
+        let (number, now) = self.counters.start_decision(now, slot);
+        decision.decision_id = self.decision_id(number);
         self.decide(req, now, decision, slot);
     }
 
+    /// Decides at `now`, already through the thread's clock guard.
     #[inline]
     fn decide(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision, slot: Slot) {
-        let now = self.clock.observe_at(now, slot);
         if req.dimensions.len() > self.limits.dimensions_max {
             self.counters.bump(Count::TooManyDimensions);
             return refuse(decision, DenyReason::TooManyDimensions, u64::MAX);
@@ -242,10 +243,10 @@ impl Engine {
         }
     }
 
+    /// The id of decision number `n`: the instance id, then the number's low bits.
     #[inline]
-    fn next_decision_id(&self, slot: Slot) -> u64 {
+    fn decision_id(&self, n: u64) -> u64 {
         let counter_bits = 64 - super::config::INSTANCE_BITS;
-        let n = self.counters.next_decision(slot);
         (u64::from(self.instance_id) << counter_bits) | (n & ((1u64 << counter_bits) - 1))
     }
 

@@ -96,7 +96,6 @@ use stats::{Count, EngineCounters};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
-use stripes::StripedClock;
 use table::KeyTable;
 
 /// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
@@ -110,7 +109,6 @@ pub struct Engine {
     /// Serialises reloads so that each builds on the rule set it replaces.
     reload_lock: Mutex<()>,
     table: KeyTable,
-    clock: StripedClock,
     limits: EngineLimits,
     unknown_policy: UnknownPolicy,
     instance_id: u32,
@@ -150,7 +148,6 @@ impl EngineBuilder {
                 self.limits.key_idle_ns,
                 stripes,
             ),
-            clock: StripedClock::new(self.start),
             limits: self.limits,
             unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
@@ -158,7 +155,7 @@ impl EngineBuilder {
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
-            counters: EngineCounters::new(),
+            counters: EngineCounters::new(self.start),
         })
     }
 }
@@ -282,7 +279,7 @@ impl Engine {
     /// Drops keys idle at `now` and keys of policies no longer in the rule set; returns
     /// how many. Call it periodically; a full shard also drops its idle keys on demand.
     pub fn sweep(&self, now: Nanos) -> usize {
-        let now = self.clock.observe(now);
+        let now = self.counters.observe(now);
         let rules = self.rules.load();
         let live: std::collections::HashSet<u64> =
             rules.policies.iter().map(|p| p.generation).collect();
@@ -319,7 +316,7 @@ impl Engine {
             keys: self.table.len(),
             keys_max: self.table.capacity(),
             evictions: self.table.evictions(),
-            clock: self.clock.stats(),
+            clock: self.counters.clock_stats(),
         }
     }
 }

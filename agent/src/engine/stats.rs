@@ -3,8 +3,10 @@
 //! Counters are per policy id, never per key, so their number is bounded by the rule set.
 
 use super::decision::Outcome;
-use super::stripes::{add, stripe_count, sum, sum_of, Padded, PerSlot, Slot, Striped};
-use leasehold_common::time::RollbackStats;
+use super::stripes::{
+    add, stripe_count, sum, sum_of, ClockStripe, Local, Padded, PerSlot, Slot, Striped,
+};
+use leasehold_common::time::{Nanos, RollbackStats};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where a dimension's units are booked; `offered` is the sum of all of them.
@@ -116,8 +118,11 @@ pub(crate) struct EngineCounters {
 /// Decision ids a thread owning its slot takes at once.
 const ID_BLOCK: u64 = 1024;
 
-#[derive(Debug, Default)]
+/// What one thread slot writes for every decision, in one place so that a decision finds
+/// it once: its clock guard, its count and numbering, and its other counts.
+#[derive(Debug)]
 struct EngineStripe {
+    clock: ClockStripe,
     decisions: AtomicU64,
     /// The slot's block of ids: `next_id..end_id` are unissued.
     next_id: AtomicU64,
@@ -137,12 +142,49 @@ pub(crate) enum Count {
 }
 const ENGINE_COUNTS: usize = 6;
 
+impl EngineStripe {
+    fn starting_at(start: Nanos) -> Self {
+        EngineStripe {
+            clock: ClockStripe::starting_at(start),
+            decisions: AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
+            end_id: AtomicU64::new(0),
+            counts: Default::default(),
+        }
+    }
+}
+
 impl EngineCounters {
-    pub(crate) fn new() -> Self {
+    /// Counters of an engine whose time starts at `start` (earlier readings are clamped).
+    pub(crate) fn new(start: Nanos) -> Self {
         EngineCounters {
-            stripes: PerSlot::new(),
+            stripes: PerSlot::from_fn(|| EngineStripe::starting_at(start)),
             ids: Padded::default(),
         }
+    }
+
+    /// A raw time reading through the calling thread's clock guard, which never lets time
+    /// go back (P3): a reading behind the stripe's last one is clamped to it and counted.
+    pub(crate) fn observe(&self, raw: Nanos) -> Nanos {
+        let local = self.stripes.local_slot();
+        local.value.clock.observe(raw, local.exclusive)
+    }
+
+    /// Readings clamped so far, over every stripe.
+    pub(crate) fn clock_stats(&self) -> RollbackStats {
+        RollbackStats {
+            rollbacks: sum_of(self.stripes.iter(), |s| &s.clock.rollbacks),
+            rollback_ns: sum_of(self.stripes.iter(), |s| &s.clock.rollback_ns),
+        }
+    }
+
+    /// Starts a decision on `slot` at raw time `raw`: its number (see
+    /// [`next_decision`](Self::next_decision)) and its guarded time, from one stripe.
+    #[inline]
+    pub(crate) fn start_decision(&self, raw: Nanos, slot: Slot) -> (u64, Nanos) {
+        let local = self.stripes.at(slot);
+        let number = self.next_decision(local);
+        (number, local.value.clock.observe(raw, local.exclusive))
     }
 
     #[inline]
@@ -163,8 +205,7 @@ impl EngineCounters {
     /// 2⁶⁴ (callers keep the low bits); a thread owning its slot takes them a block at a
     /// time, so the shared counter moves once per [`ID_BLOCK`] decisions.
     #[inline]
-    pub(crate) fn next_decision(&self, slot: Slot) -> u64 {
-        let local = self.stripes.at(slot);
+    fn next_decision(&self, local: Local<'_, EngineStripe>) -> u64 {
         let s = local.value;
         add(&s.decisions, 1, local.exclusive);
         if !local.exclusive {
@@ -207,4 +248,62 @@ pub struct EngineStats {
     pub evictions: u64,
     /// Time readings that went backwards and were clamped (P3).
     pub clock: RollbackStats,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_common::time::ClockGuard;
+
+    #[test]
+    fn one_thread_matches_the_single_owner_guard() {
+        let striped = EngineCounters::new(Nanos(2));
+        let mut single = ClockGuard::new(Nanos(2));
+        // Readings before the start are clamped to it, as later ones to the last.
+        for raw in [1u64, 2, 5, 3, 9, 9, 1, 20, 19, 0, 21] {
+            assert_eq!(striped.observe(Nanos(raw)), single.observe(Nanos(raw)));
+        }
+        assert_eq!(striped.clock_stats(), single.stats());
+    }
+
+    #[test]
+    fn each_thread_is_monotonic_and_rollbacks_sum() {
+        let counters = EngineCounters::new(Nanos(0));
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let counters = &counters;
+                s.spawn(move || {
+                    let mut last = 0;
+                    for i in 0..2_000u64 {
+                        // Every tenth reading steps back by 5 (the main thread's own slot
+                        // is taken, so these threads may share stripes or not).
+                        let raw = if i % 10 == 9 { i + t - 5 } else { i + t };
+                        let seen = counters.observe(Nanos(raw)).0;
+                        assert!(seen >= last, "time went back on one thread");
+                        last = seen;
+                    }
+                });
+            }
+        });
+        assert!(
+            counters.clock_stats().rollbacks >= 3 * 199,
+            "each thread's steps back count"
+        );
+    }
+
+    #[test]
+    fn a_decision_takes_its_number_and_time_from_one_stripe() {
+        let counters = EngineCounters::new(Nanos(10));
+        let slot = Slot::current();
+        let (first, at) = counters.start_decision(Nanos(4), slot);
+        let (second, later) = counters.start_decision(Nanos(12), slot);
+        assert_eq!(
+            (at, later),
+            (Nanos(10), Nanos(12)),
+            "clamped to the start, then on"
+        );
+        assert_ne!(first, second);
+        assert_eq!(counters.decisions(), 2);
+        assert_eq!(counters.clock_stats().rollbacks, 1);
+    }
 }

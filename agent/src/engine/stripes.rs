@@ -11,7 +11,7 @@
 //! ([`Striped::new`]) map slots onto fewer stripes and always use atomics; values there are
 //! many of ([`Striped::owned_first`]) give only the first few slots a stripe of their own.
 
-use leasehold_common::time::{Nanos, RollbackStats};
+use leasehold_common::time::Nanos;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -127,6 +127,15 @@ pub(crate) struct Local<'a, T> {
     pub(crate) exclusive: bool,
 }
 
+// By hand: derived, they would ask `T` to be `Copy` as well.
+impl<T> Clone for Local<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Local<'_, T> {}
+
 impl<T: Default> Striped<T> {
     /// `count` stripes (rounded up to a power of two, 1 to [`STRIPES_MAX`]) shared by
     /// every thread whose slot maps onto them.
@@ -153,12 +162,6 @@ impl<T: Default> Striped<T> {
 /// with atomics: found from the slot alone, with no layout to read first.
 #[derive(Debug)]
 pub(crate) struct PerSlot<T>(Box<[Padded<T>; SLOTS_MAX + 1]>);
-
-impl<T: Default> PerSlot<T> {
-    pub(crate) fn new() -> Self {
-        Self::from_fn(T::default)
-    }
-}
 
 impl<T> PerSlot<T> {
     /// Each stripe made by `make`.
@@ -260,13 +263,13 @@ pub(crate) fn add(counter: &AtomicU64, n: u64, exclusive: bool) -> u64 {
 #[derive(Debug)]
 pub(crate) struct ClockStripe {
     last_ns: AtomicU64,
-    rollbacks: AtomicU64,
-    rollback_ns: AtomicU64,
+    pub(crate) rollbacks: AtomicU64,
+    pub(crate) rollback_ns: AtomicU64,
 }
 
 impl ClockStripe {
     /// A stripe no reading has passed yet: readings before `start` are clamped to it.
-    fn starting_at(start: Nanos) -> Self {
+    pub(crate) fn starting_at(start: Nanos) -> Self {
         ClockStripe {
             last_ns: AtomicU64::new(start.0),
             rollbacks: AtomicU64::new(0),
@@ -300,80 +303,5 @@ impl ClockStripe {
         add(&self.rollbacks, 1, exclusive);
         add(&self.rollback_ns, to - raw.0, exclusive);
         Nanos(to)
-    }
-}
-
-/// The engine's clock guard: one [`ClockStripe`] per stripe, starting at `start`.
-#[derive(Debug)]
-pub(crate) struct StripedClock {
-    stripes: PerSlot<ClockStripe>,
-}
-
-impl StripedClock {
-    pub(crate) fn new(start: Nanos) -> Self {
-        StripedClock {
-            stripes: PerSlot::from_fn(|| ClockStripe::starting_at(start)),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn observe(&self, raw: Nanos) -> Nanos {
-        self.observe_at(raw, Slot::current())
-    }
-
-    /// [`observe`](Self::observe) on this thread's `slot`.
-    #[inline]
-    pub(crate) fn observe_at(&self, raw: Nanos, slot: Slot) -> Nanos {
-        let local = self.stripes.at(slot);
-        local.value.observe(raw, local.exclusive)
-    }
-
-    pub(crate) fn stats(&self) -> RollbackStats {
-        RollbackStats {
-            rollbacks: sum_of(self.stripes.iter(), |s| &s.rollbacks),
-            rollback_ns: sum_of(self.stripes.iter(), |s| &s.rollback_ns),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use leasehold_common::time::ClockGuard;
-
-    #[test]
-    fn one_thread_matches_the_single_owner_guard() {
-        let striped = StripedClock::new(Nanos(2));
-        let mut single = ClockGuard::new(Nanos(2));
-        // Readings before the start are clamped to it, as later ones to the last.
-        for raw in [1u64, 2, 5, 3, 9, 9, 1, 20, 19, 0, 21] {
-            assert_eq!(striped.observe(Nanos(raw)), single.observe(Nanos(raw)));
-        }
-        assert_eq!(striped.stats(), single.stats());
-    }
-
-    #[test]
-    fn each_thread_is_monotonic_and_rollbacks_sum() {
-        let clock = StripedClock::new(Nanos(0));
-        std::thread::scope(|s| {
-            for t in 0..3u64 {
-                let clock = &clock;
-                s.spawn(move || {
-                    let mut last = 0;
-                    for i in 0..2_000u64 {
-                        // Every tenth reading steps back by 5 (the main thread's own slot
-                        // is taken, so these threads may share stripes or not).
-                        let raw = if i % 10 == 9 { i + t - 5 } else { i + t };
-                        let seen = clock.observe(Nanos(raw)).0;
-                        assert!(seen >= last, "time went back on one thread");
-                        last = seen;
-                    }
-                });
-            }
-        });
-        assert!(
-            clock.stats().rollbacks >= 3 * 199,
-            "each thread's steps back count"
-        );
     }
 }

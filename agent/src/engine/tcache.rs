@@ -4,7 +4,7 @@
 //! threads also write (a reference count or a reader count), and an uncontended atomic
 //! read-modify-write still costs as much as the rest of a decision. A thread that decides
 //! for the same engine again reuses what it loaded last time after two plain checks: the
-//! engine's rule-set version is unchanged, and the cached key entry is still the one in the
+//! engine's rule-set stamp is unchanged, and the cached key entry is still the one in the
 //! table (same key and policy generation, not removed). Only a miss takes the shared path
 //! and refreshes the cache.
 //!

@@ -99,9 +99,9 @@ impl Engine {
     /// Decides `req` at monotonic time `now`. Every dimension admits or nothing is charged.
     /// Allocates nothing on refusal nor for keys that already have state.
     ///
-    /// The decision (about 700 bytes) is returned by value, and moving it out costs about
-    /// as much as a third of the check: a caller deciding in a loop keeps one and uses
-    /// [`admit_into`](Self::admit_into).
+    /// The decision (about 700 bytes) is returned by value, and moving it out adds a
+    /// sizeable part of the check's own time: a caller deciding in a loop keeps one and
+    /// uses [`admit_into`](Self::admit_into).
     #[inline]
     pub fn admit(&self, req: &AdmitRequest<'_>, now: Nanos) -> Decision {
         let mut decision = Decision::new();

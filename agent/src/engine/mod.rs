@@ -77,6 +77,7 @@ pub use config::{
 };
 pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
+    POLICY_ID_INLINE_MAX,
 };
 pub use local::LocalConfigError;
 pub use policy::Emergency;

@@ -103,9 +103,12 @@ async fn a_crashed_run_is_settled_at_its_marks_and_never_spent_twice() {
         "spent {admitted_first} past the durable mark {mark}"
     );
     let old_credit = local.with_ledger(|l| l.lease(old_lease).expect("still live").lease.credit);
+    // The mark runs a chunk ahead of spending (`marks.rs` tests the chunks); the chunk
+    // grows with the demand measured, and this run offers far more than the policy's rate,
+    // so the mark may well have reached the whole credit when the crash comes.
     assert!(
-        mark < old_credit,
-        "the mark runs a chunk ahead of spending, not at the whole credit ({mark} vs {old_credit})"
+        mark <= old_credit,
+        "the mark never runs past the lease's credit ({mark} vs {old_credit})"
     );
 
     let second = start(local.clone(), &policy, Some(Arc::clone(&store)));

@@ -1,6 +1,8 @@
 //! Honest accounting (P7): every unit offered to a policy lands in exactly one counter.
 //!
 //! Counters are per policy id, never per key, so their number is bounded by the rule set.
+//! The engine-wide ones share each thread slot's stripe with that slot's clock guard (P3),
+//! so that a decision finds its number, its count and its guarded time in one place.
 
 use super::decision::Outcome;
 use super::stripes::{

@@ -181,6 +181,8 @@ pub struct AllocatorMetrics {
     pub raft_term: Gauge,
     pub raft_last_log_index: Gauge,
     pub raft_applied_index: Gauge,
+    /// Last log index the node's newest snapshot covers (0: none yet).
+    pub raft_snapshot_index: Gauge,
     /// gRPC handling time per method, in seconds.
     pub rpc_seconds: Family<Vec<(String, String)>, Histogram>,
 }
@@ -192,6 +194,7 @@ impl AllocatorMetrics {
         let raft_term = Gauge::default();
         let raft_last_log_index = Gauge::default();
         let raft_applied_index = Gauge::default();
+        let raft_snapshot_index = Gauge::default();
         let rpc_seconds = Family::<Vec<(String, String)>, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
         });
@@ -216,6 +219,11 @@ impl AllocatorMetrics {
             raft_applied_index.clone(),
         );
         registry.register(
+            "leasehold_raft_snapshot_index",
+            "Last log index covered by the node's newest snapshot (0: none)",
+            raft_snapshot_index.clone(),
+        );
+        registry.register(
             "leasehold_rpc_duration_seconds",
             "gRPC handling time by method",
             rpc_seconds.clone(),
@@ -227,6 +235,7 @@ impl AllocatorMetrics {
             raft_term,
             raft_last_log_index,
             raft_applied_index,
+            raft_snapshot_index,
             rpc_seconds,
         }
     }

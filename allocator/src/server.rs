@@ -226,6 +226,7 @@ pub async fn run(
                 metrics.raft_term.set(m.current_term as i64);
                 metrics.raft_last_log_index.set(m.last_log_index.unwrap_or(0) as i64);
                 metrics.raft_applied_index.set(m.last_applied_index.unwrap_or(0) as i64);
+                metrics.raft_snapshot_index.set(m.snapshot_index.unwrap_or(0) as i64);
             }
         }
     }

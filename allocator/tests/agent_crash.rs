@@ -5,40 +5,17 @@
 
 mod process_support;
 
-use process_support::{free_port, json, spawn_logged, wait_until, Proc, ALLOCATOR, LEASECTL};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use process_support::{
+    admit, agent_binary, free_port, json, spawn_logged, wait_agent_ready, wait_until, Proc,
+    ALLOCATOR, LEASECTL,
+};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const RATE_PER_SEC: u64 = 50;
 const BURST: u64 = 100;
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 50, per: 1s}\nburst: 100\nscope: global\nlease: {ttl: 20s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
-
-/// The agent binary, built into this target directory (it belongs to another package).
-fn agent_binary() -> PathBuf {
-    let debug = Path::new(ALLOCATOR).parent().unwrap();
-    let target = debug.parent().unwrap();
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "leasehold-agent",
-            "--bin",
-            "leasehold-agent",
-        ])
-        .arg("--target-dir")
-        .arg(target)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "building leasehold-agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    debug.join("leasehold-agent")
-}
 
 fn ctl(server: &str, args: &[&str]) -> Output {
     Command::new(LEASECTL)
@@ -92,48 +69,15 @@ fn start_agent(bin: &Path, dir: &Path, server: &str, state: Option<&Path>) -> (P
         cmd.arg("--state-file").arg(state);
     }
     let proc = spawn_logged(cmd, &dir.join(format!("agent-{http}.log")));
-    wait_ready(http);
+    wait_agent_ready(http);
     (proc, http)
-}
-
-/// Waits for `/readyz` to answer 200: the agent has its policies from the allocator (a
-/// gateway sends no traffic to an agent that is not ready).
-fn wait_ready(port: u16) {
-    wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
-        let ready = std::net::TcpStream::connect(("127.0.0.1", port))
-            .and_then(|mut s| {
-                s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
-                let mut resp = String::new();
-                s.read_to_string(&mut resp)?;
-                Ok(resp.starts_with("HTTP/1.1 200"))
-            })
-            .unwrap_or(false);
-        if ready {
-            return Ok(());
-        }
-        Err(format!("agent on :{port} never became ready"))
-    });
-}
-
-/// One `POST /v1/admit`; None while the agent is not listening.
-fn admit(port: u16) -> Option<bool> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    let body = r#"{"dimensions":[{"policy":"api","entries":{"tenant":"acme"}}]}"#;
-    let req = format!(
-        "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    Some(resp.starts_with("HTTP/1.1 200"))
 }
 
 fn drive(port: u16, for_: Duration) -> u64 {
     let until = Instant::now() + for_;
     let mut admitted = 0;
     while Instant::now() < until {
-        if admit(port) == Some(true) {
+        if admit(port, "api", "acme") == Some(true) {
             admitted += 1;
         }
     }

@@ -58,12 +58,12 @@ pub async fn run_cluster(admin: &mut Admin, cmd: ClusterCmd) -> Result<Rendered,
             let s = cluster_status(admin).await?;
             let (table, members) = members_table(&s.members, s.leader_id);
             let text = format!(
-                "cluster {} ({} level), leader {}, term {}, last log {}, committed {}\n{table}",
-                s.cluster_id, s.level, s.leader_id, s.term, s.last_log_index, s.committed_index
+                "cluster {} ({} level), leader {}, term {}, last log {}, committed {}, snapshot {}\n{table}",
+                s.cluster_id, s.level, s.leader_id, s.term, s.last_log_index, s.committed_index, s.snapshot_index
             );
             return Ok(Rendered::new(
                 text,
-                json!({"cluster_id": s.cluster_id, "level": s.level, "node_id": s.node_id, "leader_id": s.leader_id, "term": s.term, "last_log_index": s.last_log_index, "committed_index": s.committed_index, "members": members}),
+                json!({"cluster_id": s.cluster_id, "level": s.level, "node_id": s.node_id, "leader_id": s.leader_id, "term": s.term, "last_log_index": s.last_log_index, "committed_index": s.committed_index, "snapshot_index": s.snapshot_index, "members": members}),
             ));
         }
         ClusterCmd::Add { node_id, addr } => {

@@ -94,6 +94,35 @@ pub fn per_sec(milli: u64) -> String {
     }
 }
 
+/// An emergency switch in a few words: `normal`, `fail-open`, `restricted (priority >= 2, 5/s)`.
+pub fn emergency_text(e: &leasehold_proto::leasehold::v1::EmergencySwitch) -> String {
+    use leasehold_proto::leasehold::v1::EmergencyMode;
+    match EmergencyMode::try_from(e.mode) {
+        Ok(EmergencyMode::FailOpen) => "fail-open".to_owned(),
+        Ok(EmergencyMode::Restricted) => format!(
+            "restricted (priority >= {}, {}/s)",
+            e.min_priority,
+            per_sec(e.restricted_rate_milli_per_sec)
+        ),
+        _ => "normal".to_owned(),
+    }
+}
+
+/// An emergency switch for `-o json`.
+pub fn emergency_json(e: &leasehold_proto::leasehold::v1::EmergencySwitch) -> Value {
+    use leasehold_proto::leasehold::v1::EmergencyMode;
+    let mode = match EmergencyMode::try_from(e.mode) {
+        Ok(EmergencyMode::FailOpen) => "fail_open",
+        Ok(EmergencyMode::Restricted) => "restricted",
+        _ => "normal",
+    };
+    serde_json::json!({
+        "mode": mode,
+        "min_priority": e.min_priority,
+        "restricted_rate_milli_per_sec": e.restricted_rate_milli_per_sec,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 use super::args::PolicyCmd;
 use super::client::Admin;
 use super::error::CtlError;
-use super::output::{Rendered, Table};
+use super::output::{emergency_json, emergency_text, Rendered, Table};
 use leasehold_proto::leasehold::v1 as pb;
 use serde_json::json;
 use std::io::Read;
@@ -137,18 +137,27 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
                     .await
                 })
                 .await?;
-            let mut t = Table::new(&["POLICY", "VERSION", "MODE", "KILL", "UPDATED BY"]);
+            let mut t = Table::new(&[
+                "POLICY",
+                "VERSION",
+                "MODE",
+                "KILL",
+                "EMERGENCY",
+                "UPDATED BY",
+            ]);
             let mut rows = Vec::new();
             for p in &r.policies {
                 let mode = if p.shadow { "shadow" } else { "enforce" };
+                let emergency = p.emergency.clone().unwrap_or_default();
                 t.row(vec![
                     p.policy_id.clone(),
                     p.version.to_string(),
                     mode.into(),
                     if p.kill_switch { "on" } else { "off" }.into(),
+                    emergency_text(&emergency),
                     p.updated_by.clone(),
                 ]);
-                rows.push(json!({"policy_id": p.policy_id, "version": p.version, "shadow": p.shadow, "kill_switch": p.kill_switch, "updated_by": p.updated_by, "updated_at_ms": p.updated_at_ms}));
+                rows.push(json!({"policy_id": p.policy_id, "version": p.version, "shadow": p.shadow, "kill_switch": p.kill_switch, "updated_by": p.updated_by, "updated_at_ms": p.updated_at_ms, "emergency": emergency_json(&emergency)}));
             }
             Ok(Rendered::new(t.render(), json!(rows)))
         }

@@ -4,8 +4,10 @@
 //! - a log entry's payload is a batch, `Vec<M::Command>`, applied in order at the entry's time;
 //! - its response is a [`BatchResult`]: one output per command, or why the batch was refused
 //!   before anything in it was applied;
-//! - a snapshot is a [`MachineSnapshot`]: the whole machine plus the timeline it had reached, so
-//!   a node restored from a snapshot knows where the replicated time stands.
+//! - a snapshot is a format version byte ([`SNAPSHOT_FORMAT`]) and then a [`MachineSnapshot`]:
+//!   the whole machine plus the timeline it had reached, so a node restored from a snapshot
+//!   knows where the replicated time stands. The version lets a later release recognise, and
+//!   still read, the snapshots an earlier one wrote.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -35,6 +37,10 @@ struct MachineSnapshotRef<'a, M> {
     timeline_ns: u64,
     machine: &'a M,
 }
+
+/// Format version of a machine snapshot, its first byte. Version 1 was the unversioned layout
+/// of earlier releases, which could not read back a state that held policy documents.
+pub const SNAPSHOT_FORMAT: u8 = 2;
 
 /// A snapshot of the application state: the machine and the replicated time it had reached.
 #[derive(Debug, Deserialize)]
@@ -89,15 +95,35 @@ pub fn decode_batch_result<O: for<'de> Deserialize<'de>>(
     postcard::from_bytes(payload)
 }
 
-/// Encodes the snapshot form of `machine` at `timeline_ns`.
+/// Encodes the snapshot form of `machine` at `timeline_ns`, behind [`SNAPSHOT_FORMAT`].
 pub fn encode_snapshot<M: Machine>(
     machine: &M,
     timeline_ns: u64,
 ) -> Result<Vec<u8>, postcard::Error> {
-    postcard::to_allocvec(&MachineSnapshotRef {
+    let snapshot = MachineSnapshotRef {
         timeline_ns,
         machine,
-    })
+    };
+    postcard::to_io(&snapshot, vec![SNAPSHOT_FORMAT])
+}
+
+/// Decodes a snapshot written by [`encode_snapshot`].
+pub fn decode_snapshot<M: Machine>(bytes: &[u8]) -> Result<MachineSnapshot<M>, ApplierError> {
+    let invalid = |reason: String| ApplierError::InvalidSnapshot {
+        len_bytes: bytes.len(),
+        reason,
+    };
+    match bytes.split_first() {
+        Some((&SNAPSHOT_FORMAT, body)) => postcard::from_bytes(body).map_err(|e| {
+            invalid(format!(
+                "format {SNAPSHOT_FORMAT} does not decode as this machine: {e}"
+            ))
+        }),
+        Some((&found, _)) => Err(invalid(format!(
+            "format version {found}; this release reads version {SNAPSHOT_FORMAT}"
+        ))),
+        None => Err(invalid("empty".to_owned())),
+    }
 }
 
 /// The [`Applier`] of a [`Machine`]: decodes batches, applies them, records the applied time.
@@ -173,11 +199,7 @@ impl<M: Machine> Applier for MachineApplier<M> {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), ApplierError> {
-        let decoded: MachineSnapshot<M> =
-            postcard::from_bytes(snapshot).map_err(|e| ApplierError::InvalidSnapshot {
-                len_bytes: snapshot.len(),
-                reason: e.to_string(),
-            })?;
+        let decoded = decode_snapshot::<M>(snapshot)?;
         *self.shared.write() = decoded.machine;
         self.timeline_ns = decoded.timeline_ns;
         self.shared
@@ -233,5 +255,20 @@ mod tests {
         assert_eq!(*b.shared.read(), *a.shared.read());
         assert_eq!(b.shared.applied_time().anchor().unwrap().timeline_ns, 77);
         assert!(b.restore(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn snapshot_names_its_format_and_refuses_others() {
+        let snap = applier().snapshot();
+        assert_eq!(snap[0], SNAPSHOT_FORMAT);
+        let mut other = snap.clone();
+        other[0] = SNAPSHOT_FORMAT + 1;
+        let err = applier().restore(&other).unwrap_err().to_string();
+        assert!(err.contains("format version 3"), "{err}");
+        assert!(applier()
+            .restore(&[])
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 }

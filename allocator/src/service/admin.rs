@@ -123,6 +123,7 @@ fn summary(state: &AllocatorState, id: &str) -> Option<pb::PolicySummary> {
         effective_at_ms: nanos_to_ms(meta.effective_at_ns),
         updated_at_ms: nanos_to_ms(meta.updated_at_ns),
         updated_by: meta.updated_by,
+        emergency: Some(super::convert::emergency_to_pb(&state.emergency(id))),
     })
 }
 

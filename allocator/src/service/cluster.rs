@@ -47,6 +47,7 @@ impl ClusterControl for SingleNode {
                     matched_index: 0,
                     last_contact_age_ms: 0,
                 }],
+                snapshot_index: 0,
             })
         })
     }

@@ -96,6 +96,7 @@ impl ClusterControl for RaftCluster {
                 last_log_index: m.last_log_index.unwrap_or(0),
                 committed_index: m.last_applied_index.unwrap_or(0),
                 members: self.members()?,
+                snapshot_index: m.snapshot_index.unwrap_or(0),
             })
         })
     }

@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -80,4 +81,64 @@ pub fn json(out: &Output) -> Value {
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The agent binary, built into this target directory (it belongs to another package).
+pub fn agent_binary() -> PathBuf {
+    let debug = Path::new(ALLOCATOR).parent().unwrap();
+    let target = debug.parent().unwrap();
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "leasehold-agent",
+            "--bin",
+            "leasehold-agent",
+        ])
+        .arg("--target-dir")
+        .arg(target)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building leasehold-agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    debug.join("leasehold-agent")
+}
+
+/// Waits for an agent's `/readyz` on `port` to answer 200: it has its policies from the
+/// allocator (a gateway sends no traffic to an agent that is not ready).
+pub fn wait_agent_ready(port: u16) {
+    wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        let ready = std::net::TcpStream::connect(("127.0.0.1", port))
+            .and_then(|mut s| {
+                s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
+                let mut resp = String::new();
+                s.read_to_string(&mut resp)?;
+                Ok(resp.starts_with("HTTP/1.1 200"))
+            })
+            .unwrap_or(false);
+        if ready {
+            return Ok(());
+        }
+        Err(format!("agent on :{port} never became ready"))
+    });
+}
+
+/// One `POST /v1/admit` of `policy` for `tenant` to the agent's HTTP port: whether it was
+/// admitted, or None while the agent is not listening.
+pub fn admit(port: u16, policy: &str, tenant: &str) -> Option<bool> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let body =
+        format!(r#"{{"dimensions":[{{"policy":"{policy}","entries":{{"tenant":"{tenant}"}}}}]}}"#);
+    let req = format!(
+        "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    Some(resp.starts_with("HTTP/1.1 200"))
 }

@@ -142,6 +142,7 @@ pub mod envoy;
 mod error;
 mod model;
 mod set;
+mod stored;
 mod units;
 mod validate;
 

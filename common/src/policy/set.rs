@@ -34,6 +34,7 @@ impl Default for PolicySetLimits {
 pub struct PolicyVersion {
     /// Starts at 1 and grows by one per change; never reused, even after a rollback.
     pub version: u64,
+    #[serde(with = "super::stored")]
     pub policy: Policy,
     /// The version this one restored, when it was made by [`PolicySet::rollback`].
     pub rolled_back_from: Option<u64>,

@@ -203,12 +203,14 @@ impl fmt::Display for Ppm {
 
 impl Serialize for Ppm {
     /// Written as a YAML number. The float is built from the exact decimal text, so the
-    /// shortest representation printed for it reads back to the same parts per million.
+    /// shortest representation printed for it reads back to the same parts per million;
+    /// a value with more significant digits than a float keeps is written as its decimal
+    /// text instead, which reads back just as exactly.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let text = self.to_string();
         match text.parse::<f64>() {
-            Ok(v) => s.serialize_f64(v),
-            Err(_) => s.collect_str(&text),
+            Ok(v) if Ppm::parse(&v.to_string()) == Ok(*self) => s.serialize_f64(v),
+            _ => s.collect_str(&text),
         }
     }
 }

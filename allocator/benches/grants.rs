@@ -92,6 +92,9 @@ async fn main() {
             ..LeaseParams::default()
         },
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
     };
     leader
         .propose(Command::PutPolicy(params))

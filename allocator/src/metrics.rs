@@ -274,6 +274,9 @@ mod tests {
             burst: 100,
             lease: LeaseParams::default(),
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
         };
         ledger.apply(Nanos(0), Command::PutPolicy(params)).unwrap();
         let acquire = Command::Acquire(Acquire {

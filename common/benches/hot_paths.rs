@@ -29,6 +29,9 @@ fn ledger_with_keys(keys: usize) -> Ledger {
     let mut ledger = Ledger::new(LedgerConfig::root("bench"));
     let params = PolicyParams {
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(1_000_000).expect("rate"),

@@ -103,6 +103,9 @@ impl World {
     fn new(rate: u64, burst: u64, ttl_ms: u64, max_credit: u64) -> World {
         let params = PolicyParams {
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
             policy_id: "p".into(),
             version: 1,
             rate: Rate::per_second(rate).unwrap(),

@@ -12,6 +12,9 @@ fn ledger() -> Ledger {
     let mut l = Ledger::new(LedgerConfig::root("g"));
     let params = PolicyParams {
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(50).unwrap(),

@@ -61,6 +61,9 @@ fn run_rounds(rate: u64, demands: &[u64], rounds: usize, measure: usize) -> Vec<
     let horizon_ms = 1_000;
     let params = PolicyParams {
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
         policy_id: "p".into(),
         version: 1,
         rate: Rate::per_second(rate).unwrap(),

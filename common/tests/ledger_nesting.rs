@@ -111,6 +111,9 @@ impl World {
         };
         let params = PolicyParams {
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
             policy_id: "p".into(),
             version: 1,
             rate: Rate::per_second(rate).unwrap(),
@@ -123,6 +126,9 @@ impl World {
         let mut region = Ledger::new(LedgerConfig::delegated("region"));
         let sub = PolicyParams {
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
             lease: lease(sub_ttl_ms),
             ..params.clone()
         };

@@ -55,6 +55,9 @@ fn params(weights: &[u64]) -> PolicyParams {
             reserve_priority_min: 8,
             refresh_horizon_ms: HORIZON_MS,
         },
+        window: None,
+        owner: Default::default(),
+        exact: false,
     }
 }
 

@@ -2,8 +2,8 @@
 //! its own YAML, whatever its fields hold.
 
 use leasehold_common::policy::{
-    Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Failure,
-    FailureMode, HumanDuration, LeaseParams, Mode, Policy, PolicySet, PolicySetLimits,
+    Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Enforcement,
+    Failure, FailureMode, HumanDuration, LeaseParams, Mode, Policy, PolicySet, PolicySetLimits,
     PolicyVersion, Ppm, PriorityClass, RateSpec, Scope,
 };
 use proptest::collection::{btree_map, vec};
@@ -171,11 +171,14 @@ prop_compose! {
             scope(),
         ),
         (failure, shadow, effective_at, kill_switch) in (failure(), any::<bool>(), option::of(timestamp()), any::<bool>()),
+        exact in any::<bool>(),
         (lease, priority_classes) in (lease(), vec(priority_class(), 0..3)),
     ) -> Policy {
         Policy {
             id, description, dimensions, key, cost, algorithm, rate, burst, calendar, concurrency,
-            scope, failure,
+            scope,
+            enforcement: if exact { Enforcement::Exact } else { Enforcement::Leased },
+            failure,
             mode: if shadow { Mode::Shadow } else { Mode::Enforce },
             effective_at, kill_switch, lease, priority_classes,
         }

@@ -192,6 +192,9 @@ mod tests {
             burst: 10,
             lease: Default::default(),
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
         };
         l.apply(Nanos(0), Command::PutPolicy(params)).unwrap();
         for key in ["a", "b", "c"] {

@@ -232,6 +232,9 @@ pub async fn propose_anywhere(nodes: &[Node], command: Command, within: Duration
 pub fn policy() -> Command {
     Command::PutPolicy(PolicyParams {
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
         policy_id: POLICY.into(),
         version: 1,
         rate: Rate::per_second(1_000_000).unwrap(),

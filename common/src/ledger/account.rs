@@ -2,6 +2,7 @@
 
 use super::command::Outcome;
 use super::entitlement::Entitlement;
+use super::window::WindowSupply;
 use crate::algo::TokenBucket;
 use crate::lease::LeaseId;
 use crate::time::Nanos;
@@ -14,7 +15,7 @@ const MIN_SUBLEASE_NS: u64 = 1_000_000;
 
 /// Credit flows of one key, in units. Conservation (checked by [`Account::conserved`]):
 /// `initial + produced + received = available + outstanding + used + stranded + dropped +
-/// returned_upstream + lost_upstream`.
+/// returned_upstream + lost_upstream + lapsed`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyStats {
     /// Credit the root bucket held when the key was created.
@@ -37,6 +38,9 @@ pub struct KeyStats {
     pub returned_upstream: u64,
     /// Idle credit lost because the upstream lease ran out.
     pub lost_upstream: u64,
+    /// Window credit that ended unspent: free when its window ended, or handed back after.
+    #[serde(default)]
+    pub lapsed: u64,
 }
 
 /// A delegated key's credit, received through one upstream lease at a time.
@@ -67,6 +71,18 @@ pub struct UpstreamSupply {
 pub enum Supply {
     Bucket(TokenBucket),
     Upstream(UpstreamSupply),
+    /// A fixed or sliding window's or a calendar period's allowance.
+    Window(WindowSupply),
+}
+
+/// Where a lease's credit came from, for giving it back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The upstream lease a sub-lease was carved from.
+    pub parent: Option<LeaseId>,
+    /// When the lease's current version was issued: window credit goes back only to the
+    /// window it was granted in.
+    pub issued_at: Nanos,
 }
 
 /// What the ledger remembers about one holder of one key.
@@ -104,6 +120,7 @@ impl Account {
         let initial = match &supply {
             Supply::Bucket(b) => b.tokens(),
             Supply::Upstream(u) => u.idle,
+            Supply::Window(w) => w.free,
         };
         Account {
             policy_id,
@@ -133,6 +150,12 @@ impl Account {
             }
             Supply::Upstream(u) if u.deadline.saturating_since(now) >= MIN_SUBLEASE_NS => u.idle,
             Supply::Upstream(_) => 0,
+            Supply::Window(w) => {
+                let rolled = w.roll(now);
+                self.stats.produced += rolled.minted;
+                self.stats.lapsed += rolled.lapsed;
+                w.grantable(now)
+            }
         }
     }
 
@@ -147,6 +170,11 @@ impl Account {
                 true
             }
             Supply::Upstream(_) => false,
+            Supply::Window(w) if w.free >= units => {
+                w.free -= units;
+                true
+            }
+            Supply::Window(_) => false,
         };
         assert!(taken, "put_on_lease beyond available credit");
         self.outstanding += units;
@@ -156,41 +184,50 @@ impl Account {
     /// Holders reported `units` more spent of a lease carved from `parent`. Refills first:
     /// credit earned so far was earned under the cap that held while those units were
     /// still outstanding.
-    pub fn mark_used(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+    pub fn mark_used(&mut self, units: u64, origin: Origin, now: Nanos) {
         self.available(now);
         self.outstanding -= units;
         self.stats.used += units;
-        if let Some(u) = self.current_upstream(parent) {
+        if let Some(u) = self.current_upstream(origin.parent) {
             u.on_lease -= units;
             u.consumed += units;
         }
     }
 
     /// Holders handed back `units` they will never spend. Credit carved from an upstream
-    /// lease that has since closed was settled with that lease and is dropped here.
-    pub fn reclaim(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+    /// lease that has since closed was settled with that lease and is dropped here; window
+    /// credit handed back after its window ended lapses with it.
+    pub fn reclaim(&mut self, units: u64, origin: Origin, now: Nanos) {
         self.available(now);
         self.outstanding -= units;
         self.stats.reclaimed += units;
         let outstanding = self.outstanding;
         let dropped = match &mut self.supply {
             Supply::Bucket(b) => b.give_back(units, b.burst().saturating_sub(outstanding)),
-            Supply::Upstream(u) if u.lease_id.is_some() && u.lease_id == parent => {
+            Supply::Upstream(u) if u.lease_id.is_some() && u.lease_id == origin.parent => {
                 u.on_lease -= units;
                 u.idle += units;
                 0
             }
             Supply::Upstream(_) => units,
+            Supply::Window(w) if w.holds(origin.issued_at) => {
+                w.free += units;
+                0
+            }
+            Supply::Window(_) => {
+                self.stats.lapsed += units;
+                0
+            }
         };
         self.stats.dropped += dropped;
     }
 
     /// Writes off `units` of a lease that expired before its holder accounted for them.
-    pub fn strand(&mut self, units: u64, parent: Option<LeaseId>, now: Nanos) {
+    pub fn strand(&mut self, units: u64, origin: Origin, now: Nanos) {
         self.available(now);
         self.outstanding -= units;
         self.stats.stranded += units;
-        if let Some(u) = self.current_upstream(parent) {
+        if let Some(u) = self.current_upstream(origin.parent) {
             u.on_lease -= units;
             u.consumed += units;
         }
@@ -204,12 +241,13 @@ impl Account {
     }
 
     /// Credit this key can spread over its holders per refresh horizon, for fair share: a
-    /// root bucket's production per horizon, or a delegated key's whole pool (free plus on
-    /// lease).
+    /// root bucket's production per horizon, a delegated key's whole pool (free plus on
+    /// lease), or what is left of the current window plus what is on lease.
     pub fn capacity(&self, horizon_ns: u64) -> u64 {
         match &self.supply {
             Supply::Bucket(b) => b.rate().units_in(horizon_ns).max(1),
             Supply::Upstream(u) => u.idle.saturating_add(self.outstanding),
+            Supply::Window(w) => w.free.saturating_add(self.outstanding).max(1),
         }
     }
 
@@ -218,6 +256,7 @@ impl Account {
         match &self.supply {
             Supply::Bucket(b) => b.burst(),
             Supply::Upstream(u) => u.idle + self.outstanding,
+            Supply::Window(w) => w.spec.limit(),
         }
     }
 
@@ -226,6 +265,7 @@ impl Account {
         match &self.supply {
             Supply::Bucket(b) => b.tokens(),
             Supply::Upstream(u) => u.idle,
+            Supply::Window(w) => w.free,
         }
     }
 
@@ -239,7 +279,8 @@ impl Account {
             + s.stranded as u128
             + s.dropped as u128
             + s.returned_upstream as u128
-            + s.lost_upstream as u128;
+            + s.lost_upstream as u128
+            + s.lapsed as u128;
         came == went
     }
 
@@ -260,6 +301,9 @@ impl Account {
         match &self.supply {
             Supply::Bucket(b) => free >= b.burst(),
             Supply::Upstream(u) => u.lease_id.is_none() && u.idle == 0,
+            // Consumption of the current window (or of the previous one, for a sliding
+            // window) still counts: forgetting it would hand the window out again.
+            Supply::Window(w) => w.untouched(),
         }
     }
 }

@@ -84,7 +84,7 @@ impl Ledger {
         let ttl_ms = lease_ttl_ms(acct, params, now);
         let parent_lease_id = match &acct.supply {
             Supply::Upstream(u) => u.lease_id,
-            Supply::Bucket(_) => None,
+            Supply::Bucket(_) | Supply::Window(_) => None,
         };
         let lease = self.new_lease(
             NewLease {
@@ -153,7 +153,8 @@ pub(super) fn slot_for<'a>(
     Ok(acct.holders.get_mut(holder_id).expect("inserted above"))
 }
 
-/// A lease's ttl: the policy's, cut short so a sub-lease never outlives the upstream lease.
+/// A lease's ttl: the policy's, cut short so a sub-lease never outlives the upstream lease
+/// and window credit never outlives its window.
 pub(super) fn lease_ttl_ms(acct: &Account, params: &PolicyParams, now: Nanos) -> u64 {
     match &acct.supply {
         Supply::Bucket(_) => params.lease.ttl_ms,
@@ -161,5 +162,6 @@ pub(super) fn lease_ttl_ms(acct: &Account, params: &PolicyParams, now: Nanos) ->
             .lease
             .ttl_ms
             .min(u.deadline.saturating_since(now) / 1_000_000),
+        Supply::Window(w) => params.lease.ttl_ms.min(w.ttl_cap_ms(now)),
     }
 }

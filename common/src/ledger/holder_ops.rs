@@ -1,6 +1,6 @@
 //! Commands from holders: acquire, report, release; and an operator's revoke.
 
-use super::account::HolderSlot;
+use super::account::{HolderSlot, Origin};
 use super::book::{LeaseRecord, LeaseState};
 use super::command::{Acquire, Grant, Outcome, Release, Report};
 use super::error::LedgerError;
@@ -151,7 +151,7 @@ impl Ledger {
 
     /// Books reported usage and handed-back credit of a live lease.
     fn settle(&mut self, lease_id: LeaseId, used: u64, handed_back: u64, now: Nanos) {
-        let (key, holder_id, delta, parent) = self
+        let (key, holder_id, delta, origin) = self
             .book
             .update(lease_id, |rec| {
                 let delta = used - rec.used;
@@ -159,7 +159,7 @@ impl Ledger {
                 rec.lease.credit -= handed_back;
                 rec.returned += handed_back;
                 let l = &rec.lease;
-                (l.key.clone(), l.holder_id.clone(), delta, l.parent_lease_id)
+                (l.key.clone(), l.holder_id.clone(), delta, origin_of(l))
             })
             .expect("settle on a live lease");
         let acct = self
@@ -169,8 +169,8 @@ impl Ledger {
         if let Some(slot) = acct.holders.get_mut(&holder_id) {
             slot.entitled.hand_back(handed_back);
         }
-        acct.mark_used(delta, parent, now);
-        acct.reclaim(handed_back, parent, now);
+        acct.mark_used(delta, origin, now);
+        acct.reclaim(handed_back, origin, now);
     }
 
     /// Renews an active lease after a report: more credit if the sizing allows, a new
@@ -182,12 +182,19 @@ impl Ledger {
         let stale = current
             .as_ref()
             .is_none_or(|p| p.version != rec.lease.policy_version);
-        // A sub-lease of an upstream lease that has since closed cannot be extended.
-        let orphaned = self.accounts.get(key).is_some_and(|a| match &a.supply {
-            Supply::Upstream(u) => u.lease_id.is_none() || u.lease_id != rec.lease.parent_lease_id,
-            Supply::Bucket(_) => false,
-        });
-        if rec.state != LeaseState::Active || stale || orphaned {
+        // A sub-lease of an upstream lease that has since closed cannot be extended, nor
+        // can a lease whose window has ended (its holder asks with a replacement).
+        let issued_at = Nanos(rec.lease.issued_at_ns);
+        let (orphaned, window_ended) = match self.accounts.get(key).map(|a| &a.supply) {
+            Some(Supply::Upstream(u)) => (
+                u.lease_id.is_none() || u.lease_id != rec.lease.parent_lease_id,
+                false,
+            ),
+            Some(Supply::Window(w)) => (false, !w.holds(issued_at)),
+            _ => (false, false),
+        };
+        let replace = stale || (window_ended && r.want_credit > 0);
+        if rec.state != LeaseState::Active || stale || orphaned || window_ended {
             // Not renewed: same generation and issue time, so the holder keeps its deadline.
             self.book.update(r.lease_id, |rec| {
                 if rec.state == LeaseState::Active {
@@ -195,7 +202,7 @@ impl Ledger {
                 }
             });
             let lease = self.book.get(r.lease_id).expect("live").lease.clone();
-            let replacement = match (&current, stale) {
+            let replacement = match (&current, replace) {
                 (Some(params), true) => self.grant_replacement(key, r, params, now, leases_max)?,
                 _ => None,
             };
@@ -289,6 +296,14 @@ impl Ledger {
             },
         );
         self.tombstone_order.push_back((now, lease_id));
+    }
+}
+
+/// Where a lease's credit came from.
+pub(super) fn origin_of(lease: &crate::lease::Lease) -> Origin {
+    Origin {
+        parent: lease.parent_lease_id,
+        issued_at: Nanos(lease.issued_at_ns),
     }
 }
 

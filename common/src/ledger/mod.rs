@@ -29,15 +29,19 @@ pub mod params;
 pub mod sizing;
 mod tick;
 mod upstream;
+pub mod window;
 
-pub use account::{Account, KeyStats, Supply};
+pub use account::{Account, KeyStats, Origin, Supply};
 pub use book::{LeaseBook, LeaseRecord, LeaseState};
 pub use command::{
     Acquire, Budget, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease,
 };
 pub use error::LedgerError;
-pub use params::{LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, PolicyParams, Role};
+pub use params::{
+    LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, Level, PolicyParams, Role,
+};
 pub use upstream::UpstreamPosition;
+pub use window::{WindowSpec, WindowSupply};
 
 use crate::algo::TokenBucket;
 use crate::lease::{Lease, LeaseId};
@@ -258,19 +262,7 @@ impl Ledger {
                     max: limits.keys_max,
                 });
             }
-            let supply = match self.config.role {
-                Role::Root => Supply::Bucket(TokenBucket::full(params.rate, params.burst, now)),
-                Role::Delegated => Supply::Upstream(account::UpstreamSupply {
-                    idle: 0,
-                    lease_id: None,
-                    credit_known: 0,
-                    consumed: 0,
-                    on_lease: 0,
-                    deadline: Nanos::ZERO,
-                    generation: 0,
-                    returned: 0,
-                }),
-            };
+            let supply = new_supply(&self.config, &params, now);
             let acct = Account::new(params.policy_id.clone(), params.version, supply);
             self.accounts.insert(key.to_string(), acct);
         }
@@ -282,7 +274,8 @@ impl Ledger {
                 asked: policy_id.to_string(),
             });
         }
-        sync_version(acct, &params, now);
+        let owns = self.config.owns(&params);
+        sync_version(acct, &params, owns, now);
         Ok((acct, params))
     }
 
@@ -347,24 +340,120 @@ fn validate_policy(p: &PolicyParams) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Moves a key's supply onto the policy's current version. A root bucket keeps its earned
-/// credit but never more than the new burst allows next to what is out on lease.
-fn sync_version(acct: &mut Account, params: &PolicyParams, now: Nanos) {
+/// A new key's supply: the policy's own bucket or window where this ledger owns its budget,
+/// otherwise credit from the upstream lease (none yet).
+fn new_supply(config: &LedgerConfig, params: &PolicyParams, now: Nanos) -> Supply {
+    if !config.owns(params) {
+        return Supply::Upstream(account::UpstreamSupply {
+            idle: 0,
+            lease_id: None,
+            credit_known: 0,
+            consumed: 0,
+            on_lease: 0,
+            deadline: Nanos::ZERO,
+            generation: 0,
+            returned: 0,
+        });
+    }
+    match &params.window {
+        None => Supply::Bucket(TokenBucket::full(params.rate, params.burst, now)),
+        Some(spec) => Supply::Window(window::WindowSupply::open(spec.clone(), now)),
+    }
+}
+
+/// Moves a key's supply onto the policy's current version, reconciling it once.
+///
+/// * A bucket keeps its earned credit, but never more than the new burst allows next to
+///   what is out on lease.
+/// * A window keeps what its current window consumed under the new limit and window, so
+///   that crossing a version boundary never resets a key's usage.
+/// * A bucket that becomes a window counts what the bucket was missing of its burst (spent
+///   recently or on lease) as consumed in the window; a window that becomes a bucket starts
+///   with what the window had left, within the new burst.
+/// * A change of ownership (a scope that moves a policy's budget to or from this level)
+///   drops the old supply's free credit; leases out keep their credit until they end.
+fn sync_version(acct: &mut Account, params: &PolicyParams, owns: bool, now: Nanos) {
     if acct.version == params.version {
         return;
     }
     acct.version = params.version;
+    acct.available(now);
     let outstanding = acct.outstanding;
-    if let Supply::Bucket(b) = &mut acct.supply {
-        let before = b.tokens();
-        b.refill_capped(now, b.burst().saturating_sub(outstanding));
-        acct.stats.produced += b.tokens() - before;
-        let earned = b.tokens();
-        b.reconfigure(params.rate, params.burst, now);
-        let cap = params.burst.saturating_sub(outstanding);
-        let excess = b.tokens().saturating_sub(cap);
-        b.take_exact(excess);
-        acct.stats.dropped += earned - b.tokens();
+    let free_before = acct.free_now();
+    let target = new_supply_kind(params, owns);
+    let stats = &mut acct.stats;
+    match (&mut acct.supply, target) {
+        (Supply::Bucket(b), SupplyKind::Bucket) => {
+            let earned = b.tokens();
+            b.reconfigure(params.rate, params.burst, now);
+            let cap = params.burst.saturating_sub(outstanding);
+            let excess = b.tokens().saturating_sub(cap);
+            b.take_exact(excess);
+            stats.dropped += earned - b.tokens();
+        }
+        (Supply::Window(w), SupplyKind::Window) => {
+            let spec = params.window.clone().expect("window kind has a spec");
+            let consumed = w.consumed();
+            let (added, removed) = w.reconfigure(spec, consumed, now);
+            stats.produced += added;
+            stats.dropped += removed;
+        }
+        (Supply::Bucket(b), SupplyKind::Window) => {
+            let spec = params.window.clone().expect("window kind has a spec");
+            let consumed = b.burst().saturating_sub(b.tokens());
+            let mut w = window::WindowSupply::open(spec, now);
+            w.free = w.spec.limit().saturating_sub(consumed);
+            stats.dropped += free_before;
+            stats.produced += w.free;
+            acct.supply = Supply::Window(w);
+        }
+        (Supply::Window(w), SupplyKind::Bucket) => {
+            let mut b = TokenBucket::full(params.rate, params.burst, now);
+            let keep = w.free.min(params.burst.saturating_sub(outstanding));
+            b.take_exact(b.tokens() - keep);
+            stats.dropped += free_before - keep;
+            acct.supply = Supply::Bucket(b);
+        }
+        (Supply::Upstream(_), SupplyKind::Upstream) => {}
+        (_, kind) => {
+            if let Supply::Upstream(u) = &acct.supply {
+                stats.lost_upstream += u.idle;
+            } else {
+                stats.dropped += free_before;
+            }
+            let fresh = match kind {
+                SupplyKind::Upstream => new_supply(&LedgerConfig::delegated(""), params, now),
+                _ => new_supply(&LedgerConfig::root(""), params, now),
+            };
+            stats.produced += match &fresh {
+                Supply::Upstream(_) => 0,
+                other => free_of(other),
+            };
+            acct.supply = fresh;
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum SupplyKind {
+    Bucket,
+    Window,
+    Upstream,
+}
+
+fn new_supply_kind(params: &PolicyParams, owns: bool) -> SupplyKind {
+    match (owns, &params.window) {
+        (false, _) => SupplyKind::Upstream,
+        (true, None) => SupplyKind::Bucket,
+        (true, Some(_)) => SupplyKind::Window,
+    }
+}
+
+fn free_of(supply: &Supply) -> u64 {
+    match supply {
+        Supply::Bucket(b) => b.tokens(),
+        Supply::Upstream(u) => u.idle,
+        Supply::Window(w) => w.free,
     }
 }
 

@@ -1,5 +1,6 @@
 //! What the ledger needs to know about a policy and about itself.
 
+use super::window::WindowSpec;
 use crate::rate::Rate;
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +51,50 @@ pub struct PolicyParams {
     /// weigh `priority + 1`.
     #[serde(default)]
     pub weights: std::collections::BTreeMap<String, u64>,
+    /// A window or calendar allowance; `None` for a token bucket of `rate` and `burst`.
+    /// For a window, `rate` is its limit per window length and `burst` its limit, which is
+    /// what fair shares and the reserve are measured against.
+    #[serde(default)]
+    pub window: Option<WindowSpec>,
+    /// The level whose allocator owns the policy's budget (the policy's scope); ledgers
+    /// below it sub-lease from their upstream.
+    #[serde(default)]
+    pub owner: Level,
+    /// `enforcement: exact`: every request is decided by the owning ledger; no credit is
+    /// leased.
+    #[serde(default)]
+    pub exact: bool,
+}
+
+/// A level of the allocator hierarchy, from the top.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Level {
+    #[default]
+    Global,
+    Region,
+    Cell,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Global => "global",
+            Level::Region => "region",
+            Level::Cell => "cell",
+        }
+    }
+
+    /// Parses `global`, `region` or `cell`.
+    pub fn parse(text: &str) -> Option<Level> {
+        match text {
+            "global" => Some(Level::Global),
+            "region" => Some(Level::Region),
+            "cell" => Some(Level::Cell),
+            _ => None,
+        }
+    }
 }
 
 /// Where a ledger's credit comes from.
@@ -94,6 +139,11 @@ pub struct LedgerConfig {
     /// grantor's own clock drift and leader hand-over.
     pub expiry_grace_ms: u64,
     pub limits: LedgerLimits,
+    /// The hierarchy level this ledger serves. A delegated ledger owns the budget of every
+    /// policy scoped at its level or below it and sub-leases the rest from upstream; a root
+    /// ledger owns every budget.
+    #[serde(default)]
+    pub level: Level,
 }
 
 impl LedgerConfig {
@@ -103,52 +153,108 @@ impl LedgerConfig {
             role: Role::Root,
             expiry_grace_ms: 1_000,
             limits: LedgerLimits::default(),
+            level: Level::Global,
         }
     }
 
+    /// A delegated region ledger; set `level` for another level.
     pub fn delegated(grantor_id: impl Into<String>) -> Self {
         LedgerConfig {
             role: Role::Delegated,
+            level: Level::Region,
             ..LedgerConfig::root(grantor_id)
         }
+    }
+
+    /// Whether this ledger owns the budget of `params` rather than sub-leasing it.
+    pub fn owns(&self, params: &PolicyParams) -> bool {
+        self.role == Role::Root || params.owner >= self.level
     }
 }
 
 /// Why a policy cannot be run by the ledger.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseableError {
-    #[error("policy '{0}': algorithm {1} is enforced locally and is not leased by an allocator")]
-    NotLeased(String, &'static str),
-    #[error("policy '{0}': a leased policy needs a rate")]
-    NoRate(String),
+    #[error("policy '{0}': scope process is enforced by each process on its own")]
+    ProcessScope(String),
+    #[error("policy '{0}': concurrency limits are enforced by each process on its own")]
+    Concurrency(String),
+    #[error("policy '{0}': a leased {1} policy needs {2}")]
+    Missing(String, &'static str, &'static str),
+}
+
+/// Nominal length of a calendar period, for sizing and fair shares only (the periods
+/// themselves follow the calendar).
+fn nominal_ns(period: crate::policy::CalendarPeriod) -> u64 {
+    use crate::policy::CalendarPeriod;
+    const DAY_NS: u64 = 86_400_000_000_000;
+    match period {
+        CalendarPeriod::Day => DAY_NS,
+        CalendarPeriod::Week => 7 * DAY_NS,
+        CalendarPeriod::Month => 30 * DAY_NS,
+        CalendarPeriod::Year => 365 * DAY_NS,
+    }
 }
 
 impl PolicyParams {
-    /// The ledger's view of version `version` of `policy`. Token-bucket and GCRA policies are
-    /// leased; window, calendar and concurrency policies are enforced where they are
-    /// evaluated and have no allocator bucket.
+    /// The ledger's view of version `version` of `policy`: every algorithm but
+    /// `concurrency` is leased (or decided per request) when its scope is beyond one
+    /// process.
     pub fn from_policy(
         policy: &crate::policy::Policy,
         version: u64,
     ) -> Result<PolicyParams, LeaseableError> {
-        use crate::policy::Algorithm;
-        if !matches!(policy.algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
-            return Err(LeaseableError::NotLeased(
-                policy.id.clone(),
-                policy.algorithm.name(),
-            ));
-        }
-        let spec = policy
-            .rate
-            .ok_or_else(|| LeaseableError::NoRate(policy.id.clone()))?;
-        let rate = spec
-            .to_rate()
-            .map_err(|_| LeaseableError::NoRate(policy.id.clone()))?;
-        let burst = policy.burst().unwrap_or(spec.units).max(1);
+        use crate::policy::{Algorithm, Enforcement, Scope};
+        let id = || policy.id.clone();
+        let algorithm = policy.algorithm.name();
+        let owner = match policy.scope {
+            Scope::Global => Level::Global,
+            Scope::Region => Level::Region,
+            Scope::Cell => Level::Cell,
+            Scope::Process => return Err(LeaseableError::ProcessScope(id())),
+        };
+        let rate_spec = || {
+            policy
+                .rate
+                .and_then(|s| s.to_rate().ok().map(|r| (s, r)))
+                .ok_or_else(|| LeaseableError::Missing(id(), algorithm, "a rate"))
+        };
+        let (rate, burst, window) = match policy.algorithm {
+            Algorithm::TokenBucket | Algorithm::Gcra => {
+                let (spec, rate) = rate_spec()?;
+                (rate, policy.burst().unwrap_or(spec.units).max(1), None)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                let (spec, rate) = rate_spec()?;
+                let (window_ns, limit) = (spec.per.as_ns(), spec.units.max(1));
+                let window = if policy.algorithm == Algorithm::FixedWindow {
+                    WindowSpec::Fixed { window_ns, limit }
+                } else {
+                    WindowSpec::Sliding { window_ns, limit }
+                };
+                (rate, limit, Some(window))
+            }
+            Algorithm::CalendarQuota => {
+                let cal = policy
+                    .calendar
+                    .as_ref()
+                    .ok_or_else(|| LeaseableError::Missing(id(), algorithm, "a calendar"))?;
+                let limit = cal.units.max(1);
+                let rate = Rate::new(limit, nominal_ns(cal.period))
+                    .map_err(|_| LeaseableError::Missing(id(), algorithm, "a valid calendar"))?;
+                let window = WindowSpec::Calendar {
+                    period: cal.period,
+                    zone: cal.time_zone.clone(),
+                    limit,
+                };
+                (rate, limit, Some(window))
+            }
+            Algorithm::Concurrency => return Err(LeaseableError::Concurrency(id())),
+        };
         let lp = &policy.lease;
         let priority_min = policy.failure.min_priority.map_or(8, u32::from);
         Ok(PolicyParams {
-            policy_id: policy.id.clone(),
+            policy_id: id(),
             version,
             rate,
             burst,
@@ -161,6 +267,9 @@ impl PolicyParams {
                 refresh_horizon_ms: (lp.refresh_horizon.as_ns() / 1_000_000).max(1),
             },
             weights: Default::default(),
+            window,
+            owner,
+            exact: policy.enforcement == Enforcement::Exact,
         })
     }
 }

@@ -103,7 +103,7 @@ fn size(
             DenyReason::Exhausted
         };
         let missing = need + if may_use_reserve { 0 } else { reserve } - usable;
-        return Err((reason, retry_after_ns(account, missing, horizon_ns)));
+        return Err((reason, retry_after_ns(account, missing, horizon_ns, now)));
     }
     Ok(target.min(usable))
 }
@@ -127,12 +127,13 @@ fn reserve_units(ceiling: u64, reserve_ppm: u64) -> u64 {
     u64::try_from(units).unwrap_or(u64::MAX)
 }
 
-fn retry_after_ns(account: &Account, missing: u64, horizon_ns: u64) -> u64 {
+fn retry_after_ns(account: &Account, missing: u64, horizon_ns: u64, now: Nanos) -> u64 {
     match &account.supply {
         super::account::Supply::Bucket(b) => b.rate().ns_until(missing, 0).max(1),
         // New credit arrives when the upstream driver next tops the key up, which it does
         // as soon as the key runs low: well within a horizon.
         super::account::Supply::Upstream(_) => (horizon_ns / 4).max(1),
+        super::account::Supply::Window(w) => w.ns_until(missing, now),
     }
 }
 

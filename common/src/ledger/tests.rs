@@ -8,6 +8,9 @@ const SEC: u64 = 1_000_000_000;
 fn params(version: u64) -> PolicyParams {
     PolicyParams {
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
         policy_id: "p".into(),
         version,
         rate: Rate::per_second(100).unwrap(),
@@ -329,4 +332,53 @@ fn budget_weights_split_a_contended_key() {
         ),
         Err(LedgerError::UnknownPolicy(_))
     ));
+}
+
+#[test]
+fn a_delegated_ledger_owns_the_policies_scoped_at_its_level() {
+    let mut l = Ledger::new(LedgerConfig::delegated("eu"));
+    let regional = PolicyParams {
+        policy_id: "r".into(),
+        owner: Level::Region,
+        ..params(1)
+    };
+    let cellular = PolicyParams {
+        policy_id: "c".into(),
+        owner: Level::Cell,
+        ..params(1)
+    };
+    for p in [params(1), regional, cellular] {
+        l.apply(Nanos(0), Command::PutPolicy(p)).unwrap();
+    }
+    let ask = |policy: &str, key: &str| {
+        Command::Acquire(Acquire {
+            holder_id: "agent-1".into(),
+            policy_id: policy.into(),
+            key: key.into(),
+            want_credit: 10,
+            demand_milli_per_sec: 0,
+            request_id: 1,
+            priority: 0,
+        })
+    };
+    // A global policy's credit comes from upstream, and none has come yet.
+    assert!(matches!(
+        l.apply(Nanos(0), ask("p", "k")).unwrap(),
+        Outcome::Denied { .. }
+    ));
+    assert!(matches!(
+        l.account("k").unwrap().supply,
+        Supply::Upstream(_)
+    ));
+    // Region and cell scopes are this ledger's own budgets (no cell level below it).
+    for (policy, key) in [("r", "rk"), ("c", "ck")] {
+        assert_eq!(
+            granted(l.apply(Nanos(0), ask(policy, key)).unwrap())
+                .lease
+                .credit,
+            10
+        );
+        assert!(matches!(l.account(key).unwrap().supply, Supply::Bucket(_)));
+    }
+    assert!(l.conserved());
 }

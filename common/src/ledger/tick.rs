@@ -23,9 +23,9 @@ impl Ledger {
         while let Some(id) = self.book.next_due(now) {
             let rec = self.book.get(id).expect("due lease is live");
             let (key, unspent) = (rec.lease.key.clone(), rec.unspent());
-            let parent = rec.lease.parent_lease_id;
+            let origin = super::holder_ops::origin_of(&rec.lease);
             if let Some(acct) = self.accounts.get_mut(&key) {
-                acct.strand(unspent, parent, now);
+                acct.strand(unspent, origin, now);
             }
             let outcome = Outcome::Released {
                 reclaimed: 0,

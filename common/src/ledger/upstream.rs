@@ -124,7 +124,7 @@ impl Ledger {
                 generation: u.generation,
                 deadline: u.deadline,
             }),
-            Supply::Bucket(_) => None,
+            Supply::Bucket(_) | Supply::Window(_) => None,
         }
     }
 

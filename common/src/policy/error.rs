@@ -87,6 +87,12 @@ pub enum Problem {
     TooLong { len: usize, max: usize },
     #[error("'{value}' is not canonical: {why}")]
     NotCanonical { value: String, why: String },
+    #[error("{value} cannot be honoured {when}: {instead}")]
+    Unsupported {
+        value: String,
+        when: String,
+        instead: String,
+    },
 }
 
 /// Collects every broken rule instead of stopping at the first.

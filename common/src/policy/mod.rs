@@ -149,8 +149,9 @@ mod validate;
 pub use diff::{diff, FieldChange};
 pub use error::{FieldError, FieldErrors, PolicyError, Problem};
 pub use model::{
-    Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Failure,
-    FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope, VALUE_LEN_MAX_DEFAULT,
+    Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Enforcement,
+    Failure, FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope,
+    VALUE_LEN_MAX_DEFAULT,
 };
 pub use set::{
     Applied, PolicySet, PolicySetError, PolicySetLimits, PolicyVersion, POLICIES_MAX_DEFAULT,

@@ -32,6 +32,10 @@ pub struct Policy {
     pub concurrency: Option<Concurrency>,
     #[serde(default)]
     pub scope: Scope,
+    /// How a budget beyond one process is enforced: leased credit (the default) or a
+    /// decision per request by the owning allocator.
+    #[serde(default, skip_serializing_if = "Enforcement::is_leased")]
+    pub enforcement: Enforcement,
     #[serde(default)]
     pub failure: Failure,
     #[serde(default)]
@@ -222,6 +226,24 @@ pub enum Scope {
     Region,
     Cell,
     Process,
+}
+
+/// How a policy's budget is enforced beyond one process.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    /// Holders spend credit leased from the owning allocator, deciding locally.
+    #[default]
+    Leased,
+    /// The owning allocator's leader decides every request, linearizably; nothing is
+    /// leased.
+    Exact,
+}
+
+impl Enforcement {
+    pub fn is_leased(&self) -> bool {
+        *self == Enforcement::Leased
+    }
 }
 
 /// Behaviour while the upstream grantor cannot be reached.

@@ -2,7 +2,9 @@
 //! field path, so an author fixes a document in one round.
 
 use super::error::{Collector, FieldErrors, Problem};
-use super::model::{Algorithm, Calendar, CostUnit, Dimension, FailureMode, Policy, RateSpec};
+use super::model::{
+    Algorithm, Calendar, CostUnit, Dimension, Enforcement, FailureMode, Policy, RateSpec, Scope,
+};
 use super::units::{HumanDuration, PPM_ONE};
 use crate::key;
 use std::collections::BTreeSet;
@@ -35,6 +37,10 @@ pub const LEASE_TTL_MIN: HumanDuration = HumanDuration::from_millis(10);
 pub const LEASE_TTL_MAX: HumanDuration = HumanDuration::from_secs(3600);
 /// Most requests in flight a concurrency policy may allow.
 pub const MAX_IN_FLIGHT_LIMIT: u64 = 1_000_000;
+/// Shortest window of a fixed or sliding window policy shared beyond one process: its
+/// credit is leased window by window, and a shorter window would be mostly spent waiting
+/// for leases.
+pub const LEASED_WINDOW_MIN: HumanDuration = HumanDuration::from_secs(1);
 
 const ID_RULE: &str = "use 1 to 64 of a-z, 0-9 and '-'";
 const DIMENSION_RULE: &str = "use 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'";
@@ -48,6 +54,7 @@ impl Policy {
         check_key(self, &mut c);
         check_cost(self, &mut c);
         check_algorithm(self, &mut c);
+        check_scope(self, &mut c);
         check_capacity(self, &mut c);
         check_failure(self, &mut c);
         check_lease(self, &mut c);
@@ -217,6 +224,64 @@ fn check_algorithm(p: &Policy, c: &mut Collector) {
         (None, true) => c.push("concurrency", Problem::Required { when: when_algo() }),
         (Some(_), false) => c.push("concurrency", Problem::NotUsed { when: when_algo() }),
         (None, false) => {}
+    }
+}
+
+/// Every budget beyond one process is owned by one allocator; refuse what it cannot honour
+/// rather than let each process enforce the whole limit on its own.
+fn check_scope(p: &Policy, c: &mut Collector) {
+    let shared = p.scope != Scope::Process;
+    let scope = format!("scope {}", scope_name(p.scope));
+    if p.algorithm == Algorithm::Concurrency && shared {
+        c.push(
+            "scope",
+            Problem::Unsupported {
+                value: scope.clone(),
+                when: "for algorithm concurrency".into(),
+                instead: "in-flight limits guard one process's dependencies; set scope: process"
+                    .into(),
+            },
+        );
+    }
+    if p.enforcement == Enforcement::Exact && !shared {
+        c.push(
+            "enforcement",
+            Problem::Unsupported {
+                value: "exact".into(),
+                when: "with scope process".into(),
+                instead:
+                    "exact decisions are made by an allocator; use scope global, region or cell"
+                        .into(),
+            },
+        );
+    }
+    let windowed = matches!(
+        p.algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    );
+    if let Some(rate) = p.rate.filter(|r| windowed && shared && r.per.as_ns() > 0) {
+        if rate.per < LEASED_WINDOW_MIN && p.enforcement == Enforcement::Leased {
+            c.push(
+                "rate.per",
+                Problem::Unsupported {
+                    value: rate.per.to_string(),
+                    when: format!("for a {} shared beyond one process", p.algorithm.name()),
+                    instead: format!(
+                        "its credit is leased window by window; use a window of at least \
+                         {LEASED_WINDOW_MIN}, enforcement: exact, or scope: process"
+                    ),
+                },
+            );
+        }
+    }
+}
+
+fn scope_name(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Global => "global",
+        Scope::Region => "region",
+        Scope::Cell => "cell",
+        Scope::Process => "process",
     }
 }
 

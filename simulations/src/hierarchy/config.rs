@@ -231,6 +231,9 @@ impl HierarchyConfig {
                 refresh_horizon_ms: self.horizon_ms(),
             },
             weights: Default::default(),
+            window: None,
+            owner: Default::default(),
+            exact: false,
         }
     }
 

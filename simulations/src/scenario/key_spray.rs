@@ -57,6 +57,9 @@ fn policy(id: &str, rate: u64, burst: u64) -> PolicyParams {
             refresh_horizon_ms: 500,
         },
         weights: Default::default(),
+        window: None,
+        owner: Default::default(),
+        exact: false,
     }
 }
 

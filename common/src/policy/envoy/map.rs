@@ -90,6 +90,7 @@ fn map_rule(rule: &MatchedRule, path: &[Segment]) -> Result<Mapped, MapError> {
         calendar: None,
         concurrency: None,
         scope: Scope::Global,
+        enforcement: Default::default(),
         failure: Failure::default(),
         mode: if rule.shadow_mode {
             Mode::Shadow

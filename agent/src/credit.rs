@@ -90,6 +90,9 @@ pub struct CreditSlot {
     last_offered_ns: AtomicU64,
     /// Requests a shadow-mode policy would have denied under the current lease.
     shadow_denied: AtomicU64,
+    /// While [`SlotState::Denied`]: when the grantor said credit may be granted again
+    /// (monotonic ns), the retry hint refusals give; zero when it named no time.
+    retry_at_ns: AtomicU64,
     state: AtomicU8,
     /// Set when the engine dropped the key: nothing spends this slot any more.
     detached: AtomicBool,
@@ -237,6 +240,22 @@ impl CreditSlot {
 
     pub fn last_offered_ns(&self) -> u64 {
         self.last_offered_ns.load(Ordering::Relaxed)
+    }
+
+    /// Refuses spending until the grantor grants again, which it said may be at
+    /// `retry_at_ns` (lease manager only).
+    pub fn deny_until(&self, retry_at_ns: u64) {
+        self.retry_at_ns.store(retry_at_ns, Ordering::Relaxed);
+        self.set_state(SlotState::Denied);
+    }
+
+    /// Nanoseconds from `now_ns` until the grantor said credit may come again (zero when it
+    /// named no time or the time has passed).
+    #[inline]
+    pub fn retry_after_ns(&self, now_ns: u64) -> u64 {
+        self.retry_at_ns
+            .load(Ordering::Relaxed)
+            .saturating_sub(now_ns)
     }
 
     /// Marks the slot as dropped by the engine (its key was evicted or its policy

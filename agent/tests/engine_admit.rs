@@ -332,7 +332,7 @@ fn self_protection_refuses_before_any_policy() {
 #[test]
 fn concurrency_limit_holds_units_until_released() {
     let p = policy(
-        "id: conc\ndimensions: [{name: tenant}]\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\n",
+        "id: conc\ndimensions: [{name: tenant}]\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\n",
     );
     let e = engine(vec![p]);
     let dims = [Dimension::policy("conc", &[("tenant", "a")])];
@@ -356,7 +356,7 @@ fn concurrency_limit_holds_units_until_released() {
 #[test]
 fn concurrency_units_roll_back_when_another_dimension_refuses() {
     let p = policy(
-        "id: conc\ndimensions: [{name: tenant}]\nalgorithm: concurrency\nconcurrency: {max_in_flight: 1}\n",
+        "id: conc\ndimensions: [{name: tenant}]\nalgorithm: concurrency\nconcurrency: {max_in_flight: 1}\nscope: process\n",
     );
     let e = engine(vec![p, local_bucket("rate", 1, 1)]);
     let dims = [

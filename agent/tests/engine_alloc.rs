@@ -72,7 +72,7 @@ fn engine(protection: Option<SelfProtection>) -> Engine {
             ..RuleSource::from_policies([
                 yaml("leased", "burst: 2\n"),
                 yaml("local", "burst: 2\nscope: process\n"),
-                yaml("window", "algorithm: sliding_window\n"),
+                yaml("window", "algorithm: sliding_window\nscope: process\n"),
                 yaml("shadow", "burst: 2\nscope: process\nmode: shadow\n"),
                 Policy::from_yaml(
                     "id: strict\ndimensions: [{name: user, required: true}]\nrate: {units: 1, per: 1s}\n",

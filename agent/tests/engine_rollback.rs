@@ -48,7 +48,7 @@ fn policies() -> Vec<Policy> {
         ),
         policy(
             "conc",
-            "algorithm: concurrency\nconcurrency: {max_in_flight: 2}\n",
+            "algorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\n",
         ),
     ]
 }
@@ -132,7 +132,7 @@ proptest! {
 fn calendar_and_restricted_charges_are_undone_too() {
     let daily = policy(
         "daily",
-        "algorithm: calendar_quota\ncalendar: {period: day, time_zone: UTC, units: 2}\n",
+        "algorithm: calendar_quota\ncalendar: {period: day, time_zone: UTC, units: 2}\nscope: process\n",
     );
     let tight = policy(
         "tight",

@@ -15,7 +15,7 @@ use std::sync::Arc;
 fn calendar_quota_resets_at_local_midnight() {
     let policy = Policy::from_yaml(
         "id: daily\ndimensions: [{name: tenant}]\nalgorithm: calendar_quota\n\
-         calendar: {period: day, time_zone: Europe/Berlin, units: 2}\n",
+         calendar: {period: day, time_zone: Europe/Berlin, units: 2}\nscope: process\n",
     )
     .unwrap();
     // 22:30 UTC is 23:30 in Berlin in winter: midnight there is 30 minutes away.

@@ -55,10 +55,14 @@ impl Engine {
                 slot.remaining(),
                 p.retry_after_ns(units),
             ),
+            // The grantor's own time for the next credit (a window's end) beats the rate's.
             SlotState::Denied => Step::deny(
                 DenyReason::LeaseRefused,
                 slot.remaining(),
-                p.retry_after_ns(units),
+                match slot.retry_after_ns(now.0) {
+                    0 => p.retry_after_ns(units),
+                    granted_again => granted_again,
+                },
             ),
             SlotState::Unreachable => self.on_failure(p, entry, slot, units, ctx),
             SlotState::Idle => match self.ask_for_lease(p, key, slot, acquiring_since_ns, ctx) {

@@ -76,8 +76,8 @@ pub(crate) struct PolicyRuntime {
 /// How a policy's keys are enforced.
 #[derive(Clone, Debug)]
 pub(crate) enum Enforcement {
-    /// Credit leased from the allocator (scope global, region or cell; token bucket or
-    /// GCRA).
+    /// Credit leased from the allocator: every algorithm but concurrency whose scope is
+    /// global, region or cell (windows and calendar periods as window-scoped credit).
     Leased,
     Local(LocalSpec),
     Concurrency {
@@ -128,10 +128,11 @@ pub(crate) fn next_generation() -> u64 {
     NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Whether `policy` spends leased credit rather than a local limiter.
+/// Whether `policy` spends leased credit rather than a local limiter: every budget beyond
+/// one process is owned by an allocator, whatever its algorithm. Concurrency limits are
+/// per process only (validation refuses them at any other scope).
 pub(crate) fn is_leased(policy: &Policy) -> bool {
-    policy.scope != Scope::Process
-        && matches!(policy.algorithm, Algorithm::TokenBucket | Algorithm::Gcra)
+    policy.scope != Scope::Process && policy.algorithm != Algorithm::Concurrency
 }
 
 impl CompiledPolicy {

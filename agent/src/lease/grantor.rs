@@ -172,6 +172,7 @@ impl Grantor for LocalGrantor {
                 Ok(pb::ReportResponse {
                     lease: Some(self.signed(g.lease)),
                     replacement: g.replacement.map(|l| self.signed(l)),
+                    retry_after_ms: g.retry_after_ns.div_ceil(1_000_000),
                     ..Default::default()
                 })
             }

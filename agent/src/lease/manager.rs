@@ -146,6 +146,12 @@ pub(super) struct Held {
     pub(super) deadline: Nanos,
     /// How long the current version was granted for, in nanoseconds.
     pub(super) ttl_ns: u64,
+    /// The last renewal could not move the deadline much: the lease ends with its window
+    /// (or its grantor's own upstream lease). Nearing that end asks for nothing; the lease
+    /// is released with its final usage when it comes.
+    pub(super) pinned: bool,
+    /// The grantor last had no more credit to add: running low asks again only from then.
+    pub(super) ask_again_at: Nanos,
     pub(super) priority: u8,
 }
 
@@ -358,9 +364,10 @@ impl LeaseManager {
             Ok(denied) => {
                 tracing::debug!(policy = %req.policy_id, key = %req.key, reason = denied.deny_reason, "lease denied for now");
                 self.counters.denials += 1;
-                req.slot.set_state(SlotState::Denied);
                 let wait = denied.retry_after_ms.max(self.cfg.retry_ms) * NS_PER_MS;
-                self.waiting.push((req, sent_at.saturating_add_ns(wait)));
+                let retry_at = sent_at.saturating_add_ns(wait);
+                req.slot.deny_until(retry_at.0);
+                self.waiting.push((req, retry_at));
             }
             Err(GrantorError::Unreachable(why)) => {
                 tracing::warn!(policy = %req.policy_id, key = %req.key, %why, "grantor unreachable");
@@ -418,8 +425,23 @@ impl LeaseManager {
             last_report: sent_at,
             deadline,
             ttl_ns: lease.ttl_ms.saturating_mul(NS_PER_MS),
+            pinned: false,
+            ask_again_at: Nanos::ZERO,
             priority: req.priority,
         };
+        // Spendable at once where no durable mark holds it back: waiting for the next
+        // round's top-up would refuse the requests of that gap as over the limit.
+        let now_spendable = super::marks::Allowance {
+            credit: held.credit,
+            in_slot: 0,
+            mark: held.mark,
+        }
+        .depositable();
+        let mut held = held;
+        if now_spendable > 0 {
+            held.deposited += now_spendable;
+            held.slot.deposit(now_spendable, deadline.0);
+        }
         self.held
             .insert((held.policy_id.clone(), held.key.clone()), held);
     }

@@ -4,6 +4,7 @@ use super::grantor::GrantorError;
 use super::manager::{Held, HeldKey, LeaseManager, NS_PER_MS};
 use crate::credit::{CreditSlot, SlotState};
 use crate::engine::AcquireRequest;
+use leasehold_common::lease::HolderConfig;
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use std::future::Future;
@@ -24,6 +25,13 @@ impl LeaseManager {
 
     pub(super) async fn maintain(&mut self, k: HeldKey, now: Nanos) {
         let Some(h) = self.held.get(&k) else { return };
+        if now >= h.deadline && h.pinned {
+            // A lease that ends with its window: its spending is over and its usage exact,
+            // so it is released rather than left for the grantor to write off.
+            let h = self.held.remove(&k).expect("present");
+            self.release(h).await;
+            return;
+        }
         if now >= h.deadline {
             // Expired before a renewal got through: stop; the grantor writes it off.
             let h = self.held.remove(&k).expect("present");
@@ -52,12 +60,9 @@ impl LeaseManager {
         let report_due =
             now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
         let unspent = h.slot.remaining() + (h.credit - h.in_slot());
-        let running_low = 2 * unspent < horizon;
-        // A lease the holder configuration would call expiring for most of its life (a
-        // refresh horizon as long as the lease) is renewed once half of it has gone, not on
-        // every tick.
-        let renew_within_ns = self.cfg.holder.refresh_horizon_ns().min(h.ttl_ns / 2);
-        let expiring = h.deadline.saturating_since(now) < renew_within_ns;
+        let running_low = 2 * unspent < horizon && now >= h.ask_again_at;
+        let renew_within_ns = renew_within_ns(&self.cfg.holder, h.ttl_ns);
+        let expiring = !h.pinned && h.deadline.saturating_since(now) < renew_within_ns;
         if report_due || running_low || expiring {
             self.report(k, now).await;
         }
@@ -117,7 +122,12 @@ impl LeaseManager {
         // An unverified version changes nothing: the lease keeps its credit and deadline.
         let lease = resp.lease.filter(|l| self.verified(l));
         let replacement = resp.replacement.filter(|l| self.verified(l));
+        let retry_ms = self.cfg.retry_ms;
         let h = self.held.get_mut(&k).expect("present");
+        if resp.retry_after_ms > 0 {
+            let wait = resp.retry_after_ms.max(retry_ms) * NS_PER_MS;
+            h.ask_again_at = sent_at.saturating_add_ns(wait);
+        }
         h.reported_used = used;
         h.last_report = sent_at;
         h.offered_at_report = h.slot.offered();
@@ -127,8 +137,11 @@ impl LeaseManager {
         if let Some(lease) = lease {
             h.credit = h.credit.max(lease.credit);
             if lease.generation > h.generation {
+                let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+                let renew_within_ns = renew_within_ns(&self.cfg.holder, h.ttl_ns);
+                h.pinned = deadline.saturating_since(h.deadline) < renew_within_ns;
                 h.generation = lease.generation;
-                h.deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+                h.deadline = deadline;
                 h.ttl_ns = lease.ttl_ms.saturating_mul(NS_PER_MS);
                 // Moves the deadline; new credit follows once the mark allows it.
                 h.slot.deposit(0, h.deadline.0);
@@ -173,6 +186,13 @@ impl LeaseManager {
         }
         h.slot.set_state(SlotState::Idle);
     }
+}
+
+/// How close to its deadline a lease asks to be renewed. A lease the holder configuration
+/// would call expiring for most of its life (a refresh horizon as long as the lease) is
+/// renewed once half of it has gone, not on every tick.
+fn renew_within_ns(holder: &HolderConfig, ttl_ns: u64) -> u64 {
+    holder.refresh_horizon_ns().min(ttl_ns / 2)
 }
 
 /// Awaits `call`; if it is still unanswered after `unanswered`, marks `slot`'s grantor

@@ -63,16 +63,61 @@ fn node_json(n: &pb::BudgetNode) -> Value {
     })
 }
 
+fn ms_text(ms: u64) -> String {
+    jiff::Timestamp::from_millisecond(ms as i64).map_or_else(|_| ms.to_string(), |t| t.to_string())
+}
+
+/// Each key's current window or period: used and remaining units.
+fn windows_table(rows: &[pb::WindowUsage], truncated: bool) -> String {
+    let mut t = Table::new(&[
+        "KEY",
+        "WINDOW START",
+        "WINDOW END",
+        "LIMIT",
+        "USED",
+        "REMAINING",
+    ]);
+    for w in rows {
+        t.row(vec![
+            w.key.clone(),
+            ms_text(w.start_ms),
+            ms_text(w.end_ms),
+            w.limit.to_string(),
+            w.used.to_string(),
+            w.remaining.to_string(),
+        ]);
+    }
+    let more = if truncated {
+        "(more keys: name one with --for-key)\n"
+    } else {
+        ""
+    };
+    format!("\ncurrent window per key\n{}{more}", t.render())
+}
+
+fn window_json(w: &pb::WindowUsage) -> Value {
+    json!({
+        "key": w.key, "start_ms": w.start_ms, "end_ms": w.end_ms, "limit": w.limit,
+        "used": w.used, "remaining": w.remaining,
+    })
+}
+
 fn tree_rows(n: &pb::BudgetNode, depth: usize, t: &mut Table) {
     let indent = if depth == 0 {
         String::new()
     } else {
         format!("{}└ ", "  ".repeat(depth - 1))
     };
+    // A holder has no bucket of its own: its rate and burst are the policy's, not its.
+    let (rate, burst) = if n.level == "holder" {
+        ("-".to_owned(), "-".to_owned())
+    } else {
+        (per_sec(n.rate_milli_per_sec), n.burst.to_string())
+    };
     t.row(vec![
         format!("{indent}{} {}", n.level, n.name),
-        per_sec(n.rate_milli_per_sec),
-        n.burst.to_string(),
+        rate,
+        burst,
         n.granted.to_string(),
         n.outstanding.to_string(),
         n.used.to_string(),
@@ -139,15 +184,25 @@ pub async fn run(admin: &mut Admin, cmd: BudgetCmd) -> Result<Rendered, CtlError
                 "UTIL",
             ]);
             tree_rows(&root, 0, &mut t);
-            let text = format!(
-                "policy version {}, utilisation over the last {} ms\n{}",
+            // The server keeps no sliding measurement window: figures run from when each
+            // key's state was created.
+            let measured = if r.window_ms == 0 {
+                "figures since each key was first leased".to_owned()
+            } else {
+                format!("utilisation over the last {} ms", r.window_ms)
+            };
+            let mut text = format!(
+                "policy version {}, {measured}\n{}",
                 r.policy_version,
-                r.window_ms,
                 t.render()
             );
+            if !r.windows.is_empty() {
+                text.push_str(&windows_table(&r.windows, r.windows_truncated));
+            }
+            let windows: Vec<Value> = r.windows.iter().map(window_json).collect();
             Ok(Rendered::new(
                 text,
-                json!({"policy_version": r.policy_version, "window_ms": r.window_ms, "root": node_json(&root)}),
+                json!({"policy_version": r.policy_version, "window_ms": r.window_ms, "root": node_json(&root), "windows": windows, "windows_truncated": r.windows_truncated}),
             ))
         }
         BudgetCmd::Set {

@@ -3,7 +3,7 @@
 
 use super::AdminServer;
 use crate::replica::Replica;
-use crate::service::budget::{budget_tree, rebalance};
+use crate::service::budget::{budget_tree, rebalance, window_usage};
 use crate::service::convert::admin_status;
 use crate::state::{AllocatorState, StateCommand};
 use leasehold_proto::leasehold::v1 as pb;
@@ -24,17 +24,20 @@ impl<R: Replica<AllocatorState>> AdminServer<R> {
                     (
                         root,
                         s.ledger().policy(&r.policy_id).map_or(0, |p| p.version),
+                        window_usage(s, &r.policy_id, &r.key),
                     )
                 })
             })
             .await?;
-        let (root, policy_version) = out.ok_or_else(|| {
+        let (root, policy_version, (windows, windows_truncated)) = out.ok_or_else(|| {
             Status::not_found(format!("no leased policy '{id}' on this allocator"))
         })?;
         Ok(pb::ShowBudgetResponse {
             root: Some(root),
             window_ms: 0,
             policy_version,
+            windows,
+            windows_truncated,
         })
     }
 

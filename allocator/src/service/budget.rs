@@ -77,6 +77,37 @@ pub fn budget_tree(state: &AllocatorState, policy_id: &str, key: &str) -> Option
     Some(root)
 }
 
+/// Most keys `budget show` lists with their window usage.
+pub const WINDOW_ROWS_MAX: usize = 100;
+
+/// Each window or calendar key of `policy_id` (or only `key`) with its current window's
+/// usage, up to [`WINDOW_ROWS_MAX`]; and whether more were left out.
+pub fn window_usage(
+    state: &AllocatorState,
+    policy_id: &str,
+    key: &str,
+) -> (Vec<pb::WindowUsage>, bool) {
+    let ms = |ns: u64| ns / 1_000_000;
+    let mut rows = state
+        .ledger()
+        .accounts()
+        .filter(|(k, a)| a.policy_id == policy_id && (key.is_empty() || k.as_str() == key))
+        .filter_map(|(k, a)| match &a.supply {
+            Supply::Window(w) => Some(pb::WindowUsage {
+                key: k.clone(),
+                start_ms: ms(w.start.0),
+                end_ms: ms(w.end.0),
+                limit: w.spec.limit(),
+                used: w.consumed(),
+                remaining: w.free,
+            }),
+            _ => None,
+        });
+    let listed: Vec<_> = rows.by_ref().take(WINDOW_ROWS_MAX).collect();
+    let truncated = rows.next().is_some();
+    (listed, truncated)
+}
+
 /// Weights proportional to each holder's measured demand (at least 1), and the rate share
 /// each had before and gets after.
 pub fn rebalance(

@@ -115,6 +115,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
                 Ok(Response::new(pb::ReportResponse {
                     lease: Some(self.signed(g.lease)),
                     replacement: g.replacement.map(|l| self.signed(l)),
+                    retry_after_ms: ms(g.retry_after_ns),
                     ..Default::default()
                 }))
             }

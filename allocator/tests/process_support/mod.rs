@@ -130,6 +130,12 @@ pub fn wait_agent_ready(port: u16) {
 /// One `POST /v1/admit` of `policy` for `tenant` to the agent's HTTP port: whether it was
 /// admitted, or None while the agent is not listening.
 pub fn admit(port: u16, policy: &str, tenant: &str) -> Option<bool> {
+    admit_answer(port, policy, tenant).map(|a| a["allowed"] == Value::Bool(true))
+}
+
+/// One `POST /v1/admit` of `policy` for `tenant`: the agent's JSON answer, or None while it
+/// is not listening.
+pub fn admit_answer(port: u16, policy: &str, tenant: &str) -> Option<Value> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let body =
         format!(r#"{{"dimensions":[{{"policy":"{policy}","entries":{{"tenant":"{tenant}"}}}}]}}"#);
@@ -140,5 +146,6 @@ pub fn admit(port: u16, policy: &str, tenant: &str) -> Option<bool> {
     s.write_all(req.as_bytes()).ok()?;
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
-    Some(resp.starts_with("HTTP/1.1 200"))
+    let (_, body) = resp.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
 }

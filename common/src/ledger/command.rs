@@ -139,6 +139,10 @@ pub struct Grant {
     /// Set when the lease was under an older policy version: a new lease under the current
     /// version. The holder must stop spending `lease` and release it.
     pub replacement: Option<Lease>,
+    /// When more credit was asked for and none could be added: how long until asking again
+    /// could succeed (0 otherwise).
+    #[serde(default)]
+    pub retry_after_ns: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -113,6 +113,7 @@ impl Ledger {
             lease,
             added: credit,
             replacement: None,
+            retry_after_ns: 0,
         })))
     }
 }

@@ -210,6 +210,7 @@ impl Ledger {
                 lease,
                 added: 0,
                 replacement,
+                retry_after_ns: 0,
             })));
         }
         let params = current.expect("checked above");
@@ -218,8 +219,8 @@ impl Ledger {
             .get_mut(key)
             .expect("live lease has an account");
         let held = rec.unspent();
-        let added = if r.want_credit == 0 {
-            0
+        let (added, retry_after_ns) = if r.want_credit == 0 {
+            (0, 0)
         } else {
             let ask = Ask {
                 holder_id: &r.holder_id,
@@ -227,7 +228,10 @@ impl Ledger {
                 priority: r.priority,
                 held,
             };
-            size_grant(acct, &params, &ask, now).unwrap_or(0)
+            match size_grant(acct, &params, &ask, now) {
+                Ok(units) => (units, 0),
+                Err((_, retry_after_ns)) => (0, retry_after_ns),
+            }
         };
         if added > 0 {
             acct.put_on_lease(added);
@@ -250,6 +254,7 @@ impl Ledger {
             lease,
             added,
             replacement: None,
+            retry_after_ns,
         })))
     }
 

@@ -89,7 +89,8 @@ fn map_rule(rule: &MatchedRule, path: &[Segment]) -> Result<Mapped, MapError> {
         burst: None,
         calendar: None,
         concurrency: None,
-        scope: Scope::Global,
+        // Enforced where the rules were loaded: a drop-in for one host.
+        scope: Scope::Process,
         enforcement: Default::default(),
         failure: Failure::default(),
         mode: if rule.shadow_mode {

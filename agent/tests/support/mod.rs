@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test binary uses a different part.
 
+pub mod envoy;
+
 use leasehold_agent::config::TlsFiles;
 use leasehold_proto::transport::{
     cert_file_name, key_file_name, DevPki, PeerIdentity, PkiSpec, Role, CA_CERT_FILE,

@@ -5,6 +5,7 @@
 //! the root.
 
 use leasehold_common::lease::LeaseVerifier;
+use leasehold_common::ledger::Level;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,11 @@ pub struct AllocatorConfig {
     /// Upstream allocator addresses; set for a region or cell allocator.
     #[serde(default)]
     pub upstream: Vec<String>,
+    /// The hierarchy level this cluster serves: `global`, `region` or `cell`. Default:
+    /// `global` for a root, `region` for a cluster with an upstream. A cluster owns the
+    /// budget of every policy scoped at its level or below and sub-leases the rest.
+    #[serde(default)]
+    pub level: Option<String>,
     /// Mutual TLS; absent only with `insecure: true`.
     #[serde(default)]
     pub tls: Option<TlsFiles>,
@@ -139,6 +145,15 @@ impl AllocatorConfig {
     /// A root or delegated allocator.
     pub fn is_root(&self) -> bool {
         self.upstream.is_empty()
+    }
+
+    /// The level this cluster serves (validated by [`validate`](Self::validate)).
+    pub fn level(&self) -> Level {
+        match self.level.as_deref().and_then(Level::parse) {
+            Some(level) => level,
+            None if self.is_root() => Level::Global,
+            None => Level::Region,
+        }
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -194,6 +209,21 @@ impl AllocatorConfig {
                 format!("1-{UPSTREAM_ADDRS_MAX} non-empty `host:port` addresses"),
             ));
         }
+        match self.level.as_deref().map(|l| (l, Level::parse(l))) {
+            Some((text, None)) => {
+                return Err(invalid(
+                    "level",
+                    format!("'{text}': expected global, region or cell"),
+                ))
+            }
+            Some((_, Some(Level::Global))) if !self.is_root() => {
+                return Err(invalid(
+                    "level",
+                    "global is the top level; a cluster with an upstream serves region or cell",
+                ))
+            }
+            _ => {}
+        }
         self.upstream_verifier().map(|_| ())
     }
 
@@ -240,6 +270,19 @@ mod tests {
         let no_tls = ROOT.replace("insecure: true\n", "");
         let e = AllocatorConfig::from_yaml(&no_tls).unwrap_err().to_string();
         assert!(e.contains("tls: required"), "{e}");
+        let level = ROOT.to_owned() + "level: continent\n";
+        let e = AllocatorConfig::from_yaml(&level).unwrap_err().to_string();
+        assert!(e.contains("level: 'continent'"), "{e}");
+        let delegated = ROOT.to_owned() + "upstream: [\"g:7400\"]\nlevel: global\n";
+        let e = AllocatorConfig::from_yaml(&delegated)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("level: global is the top level"), "{e}");
+        let cell = ROOT.to_owned() + "upstream: [\"g:7400\"]\nlevel: cell\n";
+        assert_eq!(
+            AllocatorConfig::from_yaml(&cell).unwrap().level(),
+            Level::Cell
+        );
         let stranger = ROOT.replace("{id: 1,", "{id: 2,");
         let e = AllocatorConfig::from_yaml(&stranger)
             .unwrap_err()

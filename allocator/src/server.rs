@@ -135,7 +135,7 @@ pub async fn run(
     let cluster = Arc::new(RaftCluster {
         node: late.clone(),
         cluster_id: cfg.cluster.clone(),
-        level: if cfg.is_root() { "global" } else { "delegated" }.into(),
+        level: cfg.level().name().into(),
     });
     let lease = LeaseServer::new(
         late.clone(),
@@ -166,11 +166,12 @@ pub async fn run(
             let _ = s.wait_for(|v| *v).await;
         }
     };
-    let ledger = if cfg.is_root() {
+    let mut ledger = if cfg.is_root() {
         LedgerConfig::root(cfg.cluster.clone())
     } else {
         LedgerConfig::delegated(cfg.cluster.clone())
     };
+    ledger.level = cfg.level();
     let initial = AllocatorState::new(ledger);
     let node = RaftNode::start_with(node_config(&cfg), hooks, initial, listener, stop)
         .await

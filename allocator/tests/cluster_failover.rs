@@ -153,9 +153,21 @@ async fn leader_loss_under_load_keeps_every_acknowledged_grant() {
     }
 }
 
+/// The leader's replicated time after a tick it stamped. A leader elected a moment ago may
+/// not have heard a quorum's heartbeat answers yet; its read waits for that, within bounds.
 async fn stamped_now(node: &Node) -> Nanos {
     node.propose(Command::Tick).await.unwrap().unwrap();
-    node.read(|l| l.now()).await.unwrap()
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match node.read(|l| l.now()).await {
+            Ok(now) => return now,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("read not confirmed yet: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the new leader never confirmed a read: {e}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

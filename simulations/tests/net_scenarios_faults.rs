@@ -123,10 +123,11 @@ fn clock_steps_back_keep_leases_when_only_wall_clocks_step() {
             0
         );
         // A connected agent whose monotonic clock is 10 s back sees each renewal as already
-        // expired: it admits less than an agent whose clock is right.
+        // expired: it admits no more than an agent whose clock is right (less at full scale;
+        // in the short run the lease it held before the step can last it through).
         assert!(
             mono("agent 3 admitted while back 10 s")
-                < mono("agent 2 (never back then) admitted meanwhile")
+                <= mono("agent 2 (never back then) admitted meanwhile")
         );
     }
 }

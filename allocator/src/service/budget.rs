@@ -2,7 +2,7 @@
 
 use crate::state::AllocatorState;
 use leasehold_common::ledger::sizing::demand_per_horizon;
-use leasehold_common::ledger::{Role, Supply};
+use leasehold_common::ledger::Supply;
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
 
@@ -19,10 +19,7 @@ pub fn budget_tree(state: &AllocatorState, policy_id: &str, key: &str) -> Option
     let ledger = state.ledger();
     let params = ledger.policy(policy_id)?;
     let rate_milli = params.rate.milli_per_sec();
-    let level = match ledger.config().role {
-        Role::Root => "global",
-        Role::Delegated => "delegated",
-    };
+    let level = ledger.config().level.name();
     let budget = ledger.budget(policy_id);
     let mut root = pb::BudgetNode {
         level: level.into(),

@@ -16,7 +16,7 @@ use leasehold_allocator::service::cluster_raft::RaftCluster;
 use leasehold_allocator::service::ticker::run_ticker;
 use leasehold_allocator::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::LeaseSigner;
-use leasehold_common::ledger::{LedgerConfig, Role as LedgerRole};
+use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use openraft::ServerState;
@@ -160,11 +160,7 @@ pub(super) async fn start_node(
     let cluster = Arc::new(RaftCluster {
         node: late.clone(),
         cluster_id: spec.cluster_name.clone(),
-        level: match spec.ledger.role {
-            LedgerRole::Root => "global",
-            LedgerRole::Delegated => "delegated",
-        }
-        .into(),
+        level: spec.ledger.level.name().into(),
     });
     let admin = super::hosts::admin_server(late.clone(), cluster)?;
     let hooks = NodeHooks {

@@ -17,20 +17,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LIMITS: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 3, name: per-tenant}\n  - key: tenant\n    value: vip\n    rate_limit: {unlimited: true}\n  - key: org\n    descriptors:\n      - key: plan\n        value: free\n        rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: path\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
 
-fn engine() -> (Arc<Engine>, Arc<EnvoyConfig>, SystemClock) {
+fn engine() -> (Arc<Engine>, SystemClock) {
     let envoy = EnvoyConfig::from_yaml("edge.yaml", LIMITS).unwrap();
     let mut rules = RuleSource::from_policies(Vec::new());
-    rules.envoy = Some(envoy.clone());
+    rules.envoy = Some(envoy);
     let clock = SystemClock::new();
     let engine = Engine::builder().start(clock.now()).build(rules).unwrap();
-    (Arc::new(engine), Arc::new(envoy), clock)
+    (Arc::new(engine), clock)
 }
 
 async fn start_rls() -> SocketAddr {
-    let (engine, envoy, clock) = engine();
+    let (engine, clock) = engine();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let svc = RateLimitServiceServer::new(RlsServer::new(engine, envoy, clock, true));
+    let svc = RateLimitServiceServer::new(RlsServer::new(engine, clock, true));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(svc)
@@ -153,7 +153,7 @@ async fn http_post(addr: SocketAddr, path: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn http_admit_answers_429_with_retry_after_and_ratelimit_fields() {
-    let (engine, _, clock) = engine();
+    let (engine, clock) = engine();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, http::router(engine, clock)).await });
@@ -246,7 +246,7 @@ async fn native_admit_charges_all_dimensions_or_none() {
     use leasehold_proto::leasehold::v1 as pb;
     use leasehold_proto::leasehold::v1::admit_service_client::AdmitServiceClient;
     use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
-    let (engine, _, clock) = engine();
+    let (engine, clock) = engine();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(

@@ -44,17 +44,14 @@ fn request() -> RateLimitRequest {
 async fn start(cfg: &AgentConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let envoy = EnvoyConfig::from_yaml("edge.yaml", LIMITS).unwrap();
     let mut rules = RuleSource::from_policies(Vec::new());
-    rules.envoy = Some(envoy.clone());
+    rules.envoy = Some(envoy);
     let clock = SystemClock::new();
     let engine = Arc::new(Engine::builder().start(clock.now()).build(rules).unwrap());
     let tls = cfg.listen_tls_pem().unwrap();
     let router = grpc_server(tls.as_ref())
         .unwrap()
         .add_service(RateLimitServiceServer::new(RlsServer::new(
-            engine,
-            Arc::new(envoy),
-            clock,
-            false,
+            engine, clock, false,
         )));
     let listener = cfg.grpc_listen().unwrap().bind().await.unwrap();
     let ListenAddr::Tcp(addr) = listener.local_addr().unwrap() else {

@@ -24,9 +24,19 @@ const DOCS: &[&str] = &[
     "id: sw\nalgorithm: sliding_window\nrate: {units: 10, per: 1m}\nmode: shadow\n",
     "id: cq\nalgorithm: calendar_quota\ncalendar: {period: month, time_zone: Europe/Berlin, units: 1000}\neffective_at: 2026-12-01T00:00:00.5Z\n",
     "id: cc\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\nkill_switch: true\n",
+    "# envoyproxy/ratelimit\ndomain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
 ];
 
-const POLICY_IDS: &[&str] = &["tb", "gcra", "fw", "sw", "cq", "cc", "missing"];
+const POLICY_IDS: &[&str] = &[
+    "tb",
+    "gcra",
+    "fw",
+    "sw",
+    "cq",
+    "cc",
+    "ratelimit-edge",
+    "missing",
+];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -316,7 +326,16 @@ fn a_state_with_every_policy_kind_restores_through_the_applier() {
     }
     let snapshot = a.snapshot();
     let state = restored(&snapshot);
-    assert_eq!(state.policies().len(), 6);
+    assert_eq!(state.policies().len(), 7);
+    assert_eq!(
+        state
+            .ledger()
+            .policies()
+            .filter(|p| p.policy_id.starts_with("envoy-edge-"))
+            .count(),
+        1,
+        "the domain's rule is in the restored ledger"
+    );
     assert!(state.audit().count() >= DOCS.len());
     assert_eq!(state.policies().get("tb").map(|v| v.version), Some(2));
 }

@@ -2,7 +2,7 @@
 
 use leasehold_common::key::{KeyBuilder, KeySchema};
 use leasehold_common::policy::envoy::{
-    EnvoyConfig, EnvoyError, EnvoyLimit, EnvoyUnit, MapError, Mapped,
+    EnvoyConfig, EnvoyError, EnvoyLimit, EnvoyUnit, MapError, Mapped, RuleTemplate,
 };
 use leasehold_common::policy::{Algorithm, Mode};
 use std::path::PathBuf;
@@ -213,7 +213,7 @@ fn unknown_fields_and_limits_are_refused() {
 
 #[test]
 fn limited_rules_map_to_fixed_window_policies() {
-    let mapped = config().to_policies();
+    let mapped = config().to_policies(&RuleTemplate::process());
     let by_rule = |id: &str| {
         mapped
             .iter()
@@ -266,12 +266,12 @@ fn limited_rules_map_to_fixed_window_policies() {
 #[test]
 fn mapped_policy_ids_are_stable_and_distinct() {
     let first: Vec<String> = config()
-        .to_policies()
+        .to_policies(&RuleTemplate::process())
         .into_iter()
         .map(|m| m.rule_id)
         .collect();
     let ids = |c: &EnvoyConfig| -> Vec<String> {
-        c.to_policies()
+        c.to_policies(&RuleTemplate::process())
             .into_iter()
             .filter_map(|m| match m.mapped {
                 Ok(Mapped::Policy(p)) => Some(p.id),
@@ -292,7 +292,7 @@ fn mapped_policy_ids_are_stable_and_distinct() {
 fn mapped_policies_build_keys_from_descriptor_entries() {
     let c = config();
     let entries = [("tenant", "acme"), ("plan", "free")];
-    let mapped = c.to_policies();
+    let mapped = c.to_policies(&RuleTemplate::process());
     let rule = c.lookup("tenants", &entries).unwrap();
     let policy = mapped
         .iter()
@@ -312,7 +312,7 @@ fn repeated_varying_keys_cannot_be_mapped() {
     let text = "domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: k\n        rate_limit: {unit: second, requests_per_unit: 1}\n";
     let c = EnvoyConfig::from_yaml("d.yaml", text).unwrap();
     assert!(c.lookup("d", &[("k", "1"), ("k", "2")]).is_some());
-    let mapped = c.to_policies();
+    let mapped = c.to_policies(&RuleTemplate::process());
     assert_eq!(
         mapped[0].mapped,
         Err(MapError::RepeatedKey { key: "k".into() })

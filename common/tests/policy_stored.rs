@@ -155,6 +155,24 @@ fn priority_class() -> impl Strategy<Value = PriorityClass> {
     )
 }
 
+/// envoyproxy/ratelimit text as people write it (several lines, indentation, comments,
+/// quotes), and as it may arrive (any characters, trailing spaces, no final newline).
+fn ratelimit() -> impl Strategy<Value = String> {
+    prop_oneof![
+        vec(text(), 0..4).prop_map(|values| {
+            let mut yaml = String::from("# edge\ndomain: edge\ndescriptors:\n");
+            for v in values {
+                yaml.push_str(&format!(
+                    "  - key: tenant\n    value: {v:?}\n    rate_limit: {{unit: minute, requests_per_unit: 5}}\n"
+                ));
+            }
+            yaml
+        }),
+        vec(text(), 0..4).prop_map(|lines| lines.join("\n")),
+        "( *[a-z:#'\"]{0,8} *\n){0,4}",
+    ]
+}
+
 fn timestamp() -> impl Strategy<Value = jiff::Timestamp> {
     let (min, max) = (jiff::Timestamp::MIN, jiff::Timestamp::MAX);
     (min.as_second()..=max.as_second(), 0i32..1_000_000_000)
@@ -173,6 +191,7 @@ prop_compose! {
         (failure, shadow, effective_at, kill_switch) in (failure(), any::<bool>(), option::of(timestamp()), any::<bool>()),
         exact in any::<bool>(),
         (lease, priority_classes) in (lease(), vec(priority_class(), 0..3)),
+        ratelimit in option::of(ratelimit()),
     ) -> Policy {
         Policy {
             id, description, dimensions, key, cost, algorithm, rate, burst, calendar, concurrency,
@@ -180,7 +199,7 @@ prop_compose! {
             enforcement: if exact { Enforcement::Exact } else { Enforcement::Leased },
             failure,
             mode: if shadow { Mode::Shadow } else { Mode::Enforce },
-            effective_at, kill_switch, lease, priority_classes,
+            effective_at, kill_switch, lease, priority_classes, ratelimit,
         }
     }
 }
@@ -218,6 +237,7 @@ fn a_policy_set_with_every_kind_survives_the_binary_codec() {
         "id: sw\nalgorithm: sliding_window\nrate: {units: 10, per: 1m}\nmode: shadow\n",
         "id: cq\nalgorithm: calendar_quota\ncalendar: {period: month, time_zone: Europe/Berlin, units: 1000}\n",
         "id: cc\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\n",
+        "# envoyproxy/ratelimit\ndomain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
     ];
     let mut set = PolicySet::new(PolicySetLimits::default());
     for doc in docs {

@@ -5,9 +5,12 @@
 //! over its limit does not undo the others) and `statuses` follows the request's order; the
 //! overall code is OVER_LIMIT if any descriptor is. `hits_addend` on a descriptor overrides the
 //! request's, and 0 counts as 1.
+//!
+//! The domains are the engine's: a local file's, or the domain documents the allocator
+//! pushes, so a domain applied or changed with `leasectl` is answered without a restart.
 
 use crate::engine::{AdmitRequest, Dimension, Engine, Outcome};
-use leasehold_common::policy::envoy::{EnvoyConfig, EnvoyUnit};
+use leasehold_common::policy::envoy::EnvoyUnit;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::config::core::v3::HeaderValue;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -29,22 +32,15 @@ const ENTRIES_INLINE: usize = 4;
 
 pub struct RlsServer {
     engine: Arc<Engine>,
-    envoy: Arc<EnvoyConfig>,
     clock: SystemClock,
     /// Add `x-ratelimit-*` response headers, as envoyproxy/ratelimit does when enabled.
     headers: bool,
 }
 
 impl RlsServer {
-    pub fn new(
-        engine: Arc<Engine>,
-        envoy: Arc<EnvoyConfig>,
-        clock: SystemClock,
-        headers: bool,
-    ) -> Self {
+    pub fn new(engine: Arc<Engine>, clock: SystemClock, headers: bool) -> Self {
         RlsServer {
             engine,
-            envoy,
             clock,
             headers,
         }
@@ -106,12 +102,13 @@ impl RateLimitService for RlsServer {
             admit.hits = hits;
             let decision = self.engine.admit(&admit, now);
             let result = decision.results.first();
-            let rule = self.envoy.lookup(&r.domain, &entries);
-            let current_limit = rule.and_then(|m| {
-                m.limit.map(|l| RateLimit {
-                    name: m.name.clone().unwrap_or_default(),
-                    requests_per_unit: l.requests_per_unit,
-                    unit: unit(l.unit) as i32,
+            let current_limit = self.engine.with_envoy_rule(&r.domain, &entries, |rule| {
+                rule.and_then(|m| {
+                    m.limit.map(|l| RateLimit {
+                        name: m.name.clone().unwrap_or_default(),
+                        requests_per_unit: l.requests_per_unit,
+                        unit: unit(l.unit) as i32,
+                    })
                 })
             });
             let limited = matches!(

@@ -3,7 +3,9 @@
 //! Serves Envoy's rate-limit service over gRPC and admission over HTTP, on TCP or Unix
 //! sockets. `--standalone --ratelimit-config limits.yaml` is a drop-in for
 //! envoyproxy/ratelimit on one host: its rules are enforced in this process. With
-//! `--allocator ADDR`, leased policies draw credit from an allocator cluster.
+//! `--allocator ADDR`, leased policies draw credit from an allocator cluster, and
+//! envoyproxy/ratelimit rules come from it too (`leasectl policy apply -f limits.yaml`), so
+//! every agent shares one budget per rule; `--ratelimit-config` is refused there.
 //!
 //! Settings come from `--config agent.yaml` (see `deploy/config/agent/agent.yaml`) and from
 //! flags, which override the file field by field.
@@ -49,7 +51,8 @@ struct Args {
     /// [default: 127.0.0.1:8080].
     #[arg(long)]
     http_addr: Option<String>,
-    /// envoyproxy/ratelimit YAML: a file, or a directory of them.
+    /// envoyproxy/ratelimit YAML: a file, or a directory of them; only with --standalone
+    /// (with allocators, apply it there: `leasectl policy apply -f FILE`).
     #[arg(long)]
     ratelimit_config: Option<PathBuf>,
     /// Leasehold policy YAML files (repeatable; replaces the file's `policies`).
@@ -230,9 +233,8 @@ async fn run() -> Result<()> {
         .init();
     let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
     let policies = load_policies(&cfg)?;
-    let envoy = load_envoy(&cfg)?;
     let mut rules = RuleSource::from_policies(policies.clone());
-    rules.envoy = Some(envoy.clone());
+    rules.envoy = Some(load_envoy(&cfg)?);
     let clock = SystemClock::new();
     let engine = Arc::new(
         Engine::builder()
@@ -273,7 +275,6 @@ async fn run() -> Result<()> {
     }
     let rls = RateLimitServiceServer::new(RlsServer::new(
         Arc::clone(&engine),
-        Arc::new(envoy),
         clock.clone(),
         cfg.response_headers,
     ));

@@ -4,7 +4,6 @@
 //! ```yaml
 //! grpc_addr: 127.0.0.1:8081          # or unix:/run/leasehold/agent-grpc.sock
 //! http_addr: 127.0.0.1:8080
-//! ratelimit_config: /etc/ratelimit/config   # envoyproxy/ratelimit YAML: a file or a directory
 //! policies: [/etc/leasehold/tenant-api.yaml]
 //! allocators: [global-1:7400, global-2:7400]
 //! holder_id: gw-1
@@ -13,6 +12,10 @@
 //! response_headers: true
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! ```
+//!
+//! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
+//! `standalone: true`: agents leasing from allocators get those rules from the allocator
+//! (`leasectl policy apply -f <file>`), so that every agent shares one budget per rule.
 //!
 //! Every field has a flag of the same name (`--grpc-addr`, `--policy` for each entry of
 //! `policies`, `--allocator`, `--ca/--cert/--key` for `allocator_tls`, `--tls-ca/--tls-cert/
@@ -127,7 +130,7 @@ pub struct AgentConfig {
     pub grpc_addr: String,
     /// HTTP listener (`/v1/admit`, `/metrics`, `/healthz`): `ip:port` or `unix:/path`.
     pub http_addr: String,
-    /// envoyproxy/ratelimit YAML: one file, or a directory of them.
+    /// envoyproxy/ratelimit YAML: one file, or a directory of them; `standalone` only.
     pub ratelimit_config: Option<PathBuf>,
     /// Leasehold policy YAML files, one policy each.
     pub policies: Vec<PathBuf>,

@@ -65,7 +65,21 @@ fn every_field_is_read_from_the_file() {
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
-    c.validate().unwrap();
+    // A local envoyproxy/ratelimit file is for standalone agents only.
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("ratelimit_config") && e.contains("leasectl policy apply -f"),
+        "{e}"
+    );
+    let mut leasing = c.clone();
+    leasing.ratelimit_config = None;
+    leasing.validate().unwrap();
+    let standalone = AgentConfig {
+        standalone: true,
+        ratelimit_config: c.ratelimit_config.clone(),
+        ..AgentConfig::default()
+    };
+    standalone.validate().unwrap();
 }
 
 #[test]
@@ -228,6 +242,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.ratelimit_config = Some("x".repeat(PATH_LEN_MAX + 1).into()),
             "ratelimit_config",
             "at most",
+        ),
+        (
+            |c| c.ratelimit_config = Some("/etc/ratelimit/config".into()),
+            "ratelimit_config",
+            "only with `standalone: true`",
         ),
         (
             |c| {

@@ -104,6 +104,13 @@ impl AgentConfig {
             }
             return Ok(());
         }
+        if let Some(p) = &self.ratelimit_config {
+            return Err(invalid(
+                "ratelimit_config",
+                p.display(),
+                "only with `standalone: true`: agents leasing from allocators receive                  envoyproxy/ratelimit rules from them, shared by every agent; apply the file                  there with `leasectl policy apply -f <file>`",
+            ));
+        }
         if self.allocators.is_empty() {
             return Err(invalid(
                 "allocators",

@@ -52,6 +52,7 @@ mod bytes;
 mod check;
 mod config;
 mod decision;
+mod domains;
 mod earn;
 mod fastkey;
 mod leased;
@@ -88,6 +89,7 @@ pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
 use arc_swap::ArcSwap;
+use leasehold_common::policy::envoy::MatchedRule;
 use leasehold_common::policy::PolicyVersion;
 use leasehold_common::time::Nanos;
 use parking_lot::Mutex;
@@ -259,17 +261,43 @@ impl Engine {
         }
     }
 
-    /// Sets an operator's emergency override for `policy_id`; it lasts across reloads of
-    /// the same id until set back to [`Emergency::Normal`].
+    /// Sets an operator's emergency override for `policy_id` (for a domain document, on
+    /// each of its rules); it lasts across reloads of the same id until set back to
+    /// [`Emergency::Normal`].
     pub fn set_emergency(&self, policy_id: &str, emergency: Emergency) -> Result<(), EngineError> {
         let rules = self.rules.load();
-        let policy = rules
-            .policy(policy_id)
-            .ok_or_else(|| EngineError::UnknownPolicy {
-                id: policy_id.to_owned(),
-            })?;
-        policy.runtime.emergency.set(emergency);
+        if let Some(policy) = rules.policy(policy_id) {
+            policy.runtime.emergency.set(emergency);
+            return Ok(());
+        }
+        let rule_policies =
+            rules
+                .document_policies(policy_id)
+                .ok_or_else(|| EngineError::UnknownPolicy {
+                    id: policy_id.to_owned(),
+                })?;
+        for policy in rule_policies {
+            policy.runtime.emergency.set(emergency);
+        }
         Ok(())
+    }
+
+    /// Calls `f` with the envoyproxy/ratelimit rule a descriptor with `entries` matches in
+    /// `domain` now, if any (what a response reports as the descriptor's current limit).
+    pub fn with_envoy_rule<R>(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        f: impl FnOnce(Option<&MatchedRule>) -> R,
+    ) -> R {
+        let rules = self.rules.load();
+        f(rules.envoy.lookup(domain, entries))
+    }
+
+    /// envoyproxy/ratelimit domains enforced now, sorted.
+    pub fn envoy_domains(&self) -> Vec<String> {
+        let rules = self.rules.load();
+        rules.envoy.domains().map(str::to_owned).collect()
     }
 
     /// The receiving end of the first-lease queue, for the lease manager. Given out once.

@@ -74,11 +74,7 @@ fn resolve_envoy<'r>(
     domain: &str,
     dim: &Dimension<'_>,
 ) -> (Resolved<'r>, Option<&'r MatchedRule>) {
-    let Some(rule) = rules
-        .envoy
-        .as_ref()
-        .and_then(|e| e.lookup(domain, dim.entries))
-    else {
+    let Some(rule) = rules.envoy.lookup(domain, dim.entries) else {
         return (Resolved::NoRule, None);
     };
     let resolved = if rule.unlimited {

@@ -2,6 +2,7 @@
 //! path and swapped whole on reload.
 
 use super::decision::PolicyId;
+use super::domains::DomainDocument;
 use super::earn::EarnRate;
 use super::fastkey::FastKey;
 use super::local::{LocalConfigError, LocalSpec};
@@ -9,14 +10,14 @@ use super::policy::{
     is_leased, next_generation, CompiledPolicy, Enforcement, PolicyRuntime, RestrictedSpec,
 };
 use leasehold_common::key::KeySchema;
-use leasehold_common::policy::envoy::{EnvoyConfig, MapError, Mapped};
+use leasehold_common::policy::envoy::{EnvoyConfig, EnvoyError, MapError};
 use leasehold_common::policy::{CostUnit, FailureMode, FieldErrors, Mode, Policy, PolicyVersion};
 use leasehold_common::time::Nanos;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use thiserror::Error;
 
-/// Version given to policies mapped from envoyproxy/ratelimit rules, which have none.
+/// Version given to policies mapped from a local envoyproxy/ratelimit file, which has none.
 pub const ENVOY_POLICY_VERSION: u64 = 1;
 
 /// What an engine enforces.
@@ -24,8 +25,14 @@ pub const ENVOY_POLICY_VERSION: u64 = 1;
 pub struct RuleSource {
     /// Policy versions. Several versions of one id may be given: the newest one whose
     /// `effective_at` has passed applies; see [`Engine::reload_due`](super::Engine::reload_due).
+    /// A domain document (a policy with `ratelimit`) brings its domain's rules, each
+    /// enforced as its own policy of the document's version; [`Target::Envoy`] reaches them.
+    ///
+    /// [`Target::Envoy`]: super::Target::Envoy
     pub policies: Vec<PolicyVersion>,
-    /// envoyproxy/ratelimit rules, reached with [`Target::Envoy`](super::Target::Envoy).
+    /// envoyproxy/ratelimit rules of a local file, reached with
+    /// [`Target::Envoy`](super::Target::Envoy) and enforced by this process alone (scope
+    /// `process`), as that service does on one host.
     pub envoy: Option<EnvoyConfig>,
 }
 
@@ -63,6 +70,10 @@ pub enum EngineError {
     Local(#[from] LocalConfigError),
     #[error("envoyproxy/ratelimit rule {rule_id}: {error}")]
     EnvoyMap { rule_id: String, error: MapError },
+    #[error("envoyproxy/ratelimit domain document '{id}': {error}")]
+    Document { id: String, error: EnvoyError },
+    #[error(transparent)]
+    Envoy(#[from] EnvoyError),
     #[error("engine setting {field}: {reason}")]
     Setting { field: &'static str, reason: String },
     #[error("no policy '{id}' in the current rule set")]
@@ -108,9 +119,14 @@ impl Default for Hint {
 pub(crate) struct RuleSet {
     pub(crate) policies: Vec<Arc<CompiledPolicy>>,
     by_id: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
-    pub(crate) envoy: Option<EnvoyConfig>,
+    /// Every envoyproxy/ratelimit domain: the local file's and the domain documents'.
+    pub(crate) envoy: EnvoyConfig,
     /// Envoy rule id → index of its mapped policy.
-    envoy_rules: HashMap<String, usize, foldhash::fast::RandomState>,
+    pub(super) envoy_rules: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// Domain documents in force, by policy id.
+    pub(super) documents: HashMap<String, Arc<DomainDocument>>,
+    /// Domain document id → indices of its rules' policies.
+    pub(super) document_rules: HashMap<String, Vec<usize>>,
     /// The earliest `effective_at` of a version given but not yet in force.
     pub(crate) pending_at: Option<jiff::Timestamp>,
     pub(crate) source: RuleSource,
@@ -190,32 +206,29 @@ impl RuleSet {
             ..RuleSet::default()
         };
         for pv in chosen {
-            set.add(compile(&pv.policy, pv.version, old, key_len_max)?)?;
-        }
-        if let Some(envoy) = &source.envoy {
-            for rule in envoy.to_policies() {
-                let policy = match rule.mapped {
-                    Ok(Mapped::Policy(policy)) => policy,
-                    // Answered from the matched rule itself on every request.
-                    Ok(Mapped::Unlimited | Mapped::AlwaysOverLimit) => continue,
-                    Err(error) => {
-                        return Err(EngineError::EnvoyMap {
-                            rule_id: rule.rule_id,
-                            error,
-                        })
-                    }
-                };
-                let compiled = compile(&policy, ENVOY_POLICY_VERSION, old, key_len_max)?;
-                let index = set.add(compiled)?;
-                set.envoy_rules.insert(rule.rule_id, index);
+            if pv.policy.ratelimit.is_some() {
+                set.add_document(pv, old, key_len_max)?;
+            } else {
+                set.add(compile(&pv.policy, pv.version, old, key_len_max)?)?;
             }
         }
-        set.envoy = source.envoy.clone();
+        if let Some(envoy) = &source.envoy {
+            set.add_local_envoy(envoy, old, key_len_max)?;
+        }
         set.source = source;
         Ok(set)
     }
 
-    fn add(&mut self, compiled: Arc<CompiledPolicy>) -> Result<usize, EngineError> {
+    /// The policies a domain document's rules became; `None` for any other id.
+    pub(crate) fn document_policies(
+        &self,
+        id: &str,
+    ) -> Option<impl Iterator<Item = &CompiledPolicy> + '_> {
+        let indices = self.document_rules.get(id)?;
+        Some(indices.iter().map(|&i| &*self.policies[i]))
+    }
+
+    pub(super) fn add(&mut self, compiled: Arc<CompiledPolicy>) -> Result<usize, EngineError> {
         let index = self.policies.len();
         if self.by_id.insert(Arc::clone(&compiled.id), index).is_some() {
             return Err(EngineError::IdCollision {
@@ -266,7 +279,7 @@ fn choose_versions(
     Ok((chosen, pending_at))
 }
 
-fn compile(
+pub(super) fn compile(
     policy: &Policy,
     version: u64,
     old: Option<&RuleSet>,

@@ -115,9 +115,11 @@ pub enum CertsCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCmd {
-    /// Apply a policy document; prints the new version.
+    /// Apply a policy document, or an envoyproxy/ratelimit file (stored as the document
+    /// `ratelimit-<domain>`); prints the new version.
     Apply {
-        /// Policy YAML file (`-` for standard input).
+        /// Policy or envoyproxy/ratelimit YAML file, a directory of them (each `*.yaml` and
+        /// `*.yml` file, checked all before any is applied), or `-` for standard input.
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
         /// Evaluate and count would-deny decisions, but admit.

@@ -14,6 +14,21 @@ pub enum CtlError {
     Rpc(tonic::Status),
     #[error("{0}")]
     Output(String),
+    /// One of several documents failed; those before it stay applied.
+    #[error("{file}: {source}; {}", applied_before(.applied))]
+    Partial {
+        file: String,
+        applied: Vec<String>,
+        source: Box<CtlError>,
+    },
+}
+
+fn applied_before(applied: &[String]) -> String {
+    if applied.is_empty() {
+        "nothing was applied".to_owned()
+    } else {
+        format!("applied before it: {}", applied.join(", "))
+    }
 }
 
 fn describe(status: &tonic::Status) -> String {
@@ -48,6 +63,7 @@ impl CtlError {
             CtlError::Config(_) | CtlError::Input(_) => 6,
             CtlError::Connect(_) => 5,
             CtlError::Output(_) => 1,
+            CtlError::Partial { source, .. } => source.exit_code(),
             CtlError::Rpc(s) => match s.code() {
                 tonic::Code::NotFound => 3,
                 tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => 4,

@@ -4,6 +4,7 @@ pub mod args;
 mod budget;
 mod certs;
 pub mod client;
+mod documents;
 pub mod error;
 mod ops;
 pub mod output;

@@ -2,25 +2,13 @@
 
 use super::args::PolicyCmd;
 use super::client::Admin;
+use super::documents::{read_directory, read_document, Document};
 use super::error::CtlError;
 use super::output::{emergency_json, emergency_text, Rendered, Table};
+use leasehold_common::policy::Policy;
 use leasehold_proto::leasehold::v1 as pb;
 use serde_json::json;
-use std::io::Read;
 use std::path::Path;
-
-fn read_document(path: &Path) -> Result<String, CtlError> {
-    let mut text = String::new();
-    if path == Path::new("-") {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| CtlError::Input(format!("cannot read standard input: {e}")))?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))?;
-    }
-    Ok(text)
-}
 
 fn parse_effective_at(text: &Option<String>) -> Result<u64, CtlError> {
     let Some(text) = text else { return Ok(0) };
@@ -97,35 +85,17 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
             effective_at,
             dry_run,
         } => {
-            let req = pb::ApplyPolicyRequest {
-                yaml: read_document(&file)?,
+            let how = Apply {
                 shadow,
                 effective_at_ms: parse_effective_at(&effective_at)?,
                 dry_run,
-                expected_version: 0,
             };
-            let r = admin
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.apply_policy(req).await }
-                })
-                .await?;
-            let verb = match (dry_run, r.changed) {
-                (true, _) => "would become",
-                (false, true) => "is now",
-                (false, false) => "is unchanged at",
-            };
-            let mut text = format!("policy {} {verb} version {}\n", r.policy_id, r.version);
-            if !r.diff.is_empty() {
-                text.push_str(&r.diff);
-                if !r.diff.ends_with('\n') {
-                    text.push('\n');
-                }
+            if file.is_dir() {
+                return apply_directory(admin, &file, &how).await;
             }
-            Ok(Rendered::new(
-                text,
-                json!({"policy_id": r.policy_id, "version": r.version, "changed": r.changed, "dry_run": dry_run, "diff": r.diff}),
-            ))
+            let r = how.send(admin, read_document(&file)?).await?;
+            let (text, json) = applied_rendered(&r, dry_run);
+            Ok(Rendered::new(text, json))
         }
         PolicyCmd::Ls => {
             let r = admin
@@ -185,13 +155,23 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
                     sh.would_deny_requests
                 ));
             }
+            let rules = rule_policies(&p.yaml);
+            for (rule_id, policy_id) in &rules {
+                text.push_str(&format!(
+                    "# rule {rule_id} is enforced as policy {policy_id}\n"
+                ));
+            }
             text.push_str(&p.yaml);
+            let rules: Vec<_> = rules
+                .iter()
+                .map(|(rule_id, policy_id)| json!({"rule_id": rule_id, "policy_id": policy_id}))
+                .collect();
             Ok(Rendered::new(
                 text,
                 json!({"policy_id": p.policy_id, "version": p.version, "yaml": p.yaml, "shadow": p.shadow,
                        "kill_switch": p.kill_switch, "updated_by": s.updated_by,
                        "shadow_would_deny_requests": sh.would_deny_requests, "shadow_would_deny_units": sh.would_deny_units,
-                       "shadow_since_ms": sh.since_ms}),
+                       "shadow_since_ms": sh.since_ms, "rules": rules}),
             ))
         }
         PolicyCmd::Diff {
@@ -246,4 +226,94 @@ pub async fn run(admin: &mut Admin, cmd: PolicyCmd) -> Result<Rendered, CtlError
             ))
         }
     }
+}
+
+/// How `policy apply` applies each document.
+struct Apply {
+    shadow: bool,
+    effective_at_ms: u64,
+    dry_run: bool,
+}
+
+impl Apply {
+    async fn send(
+        &self,
+        admin: &mut Admin,
+        yaml: String,
+    ) -> Result<pb::ApplyPolicyResponse, CtlError> {
+        let req = pb::ApplyPolicyRequest {
+            yaml,
+            shadow: self.shadow,
+            effective_at_ms: self.effective_at_ms,
+            dry_run: self.dry_run,
+            expected_version: 0,
+        };
+        admin
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.apply_policy(req).await }
+            })
+            .await
+    }
+}
+
+/// Applies every document of `dir` in file-name order. They were all checked first; one the
+/// allocator refuses stops the rest, and the error names it and what was applied before.
+async fn apply_directory(admin: &mut Admin, dir: &Path, how: &Apply) -> Result<Rendered, CtlError> {
+    let docs = read_directory(dir)?;
+    let mut text = String::new();
+    let mut rows = Vec::with_capacity(docs.len());
+    let mut applied = Vec::new();
+    for Document { name, text: yaml } in docs {
+        let r = match how.send(admin, yaml).await {
+            Ok(r) => r,
+            Err(source) => {
+                return Err(CtlError::Partial {
+                    file: name,
+                    applied,
+                    source: Box::new(source),
+                })
+            }
+        };
+        let (lines, mut row) = applied_rendered(&r, how.dry_run);
+        text.push_str(&format!("{name}: {lines}"));
+        row["file"] = json!(name);
+        rows.push(row);
+        applied.push(format!(
+            "{name} (policy {} version {})",
+            r.policy_id, r.version
+        ));
+    }
+    Ok(Rendered::new(text, json!(rows)))
+}
+
+/// What `policy apply` prints for one document.
+fn applied_rendered(r: &pb::ApplyPolicyResponse, dry_run: bool) -> (String, serde_json::Value) {
+    let verb = match (dry_run, r.changed) {
+        (true, _) => "would become",
+        (false, true) => "is now",
+        (false, false) => "is unchanged at",
+    };
+    let mut text = format!("policy {} {verb} version {}\n", r.policy_id, r.version);
+    if !r.diff.is_empty() {
+        text.push_str(&r.diff);
+        if !r.diff.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    let json = json!({"policy_id": r.policy_id, "version": r.version, "changed": r.changed,
+                      "dry_run": dry_run, "diff": r.diff});
+    (text, json)
+}
+
+/// For an envoyproxy/ratelimit domain document, each limited rule and the policy id it is
+/// enforced (and leased, and shown by `budget show`) under.
+fn rule_policies(yaml: &str) -> Vec<(String, String)> {
+    let Some(Ok(rules)) = Policy::from_yaml(yaml).ok().and_then(|p| p.domain_rules()) else {
+        return Vec::new();
+    };
+    rules
+        .policies()
+        .map(|(rule_id, p)| (rule_id.to_owned(), p.id.clone()))
+        .collect()
 }

@@ -137,7 +137,14 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
             if r.dry_run {
                 let policy = admin_prepare(&r.yaml, r.shadow).map_err(|e| admin_status(&e))?;
                 let id = policy.id.clone();
-                let (version, changed, diff) = self.read(move |s| s.preview(&policy)).await?;
+                // Refused as the change would be, so a dry run answers what apply would.
+                let (version, changed, diff) = self
+                    .read(move |s| {
+                        s.check_document(&policy)
+                            .map(|()| s.preview(&policy))
+                            .map_err(|e| admin_status(&e))
+                    })
+                    .await??;
                 return Ok(pb::ApplyPolicyResponse {
                     policy_id: id,
                     version,
@@ -200,13 +207,14 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
                     } else {
                         r.version
                     };
-                    let shadow = s
-                        .shadow_tally(&r.policy_id, version)
-                        .map(|t| pb::ShadowStats {
-                            would_deny_requests: t.would_deny_requests,
-                            would_deny_units: 0,
-                            since_ms: nanos_to_ms(t.since_ns),
-                        });
+                    let shadow =
+                        s.shadow_tally(&r.policy_id, version)
+                            .as_ref()
+                            .map(|t| pb::ShadowStats {
+                                would_deny_requests: t.would_deny_requests,
+                                would_deny_units: 0,
+                                since_ms: nanos_to_ms(t.since_ns),
+                            });
                     Some((
                         policy_info(s, &r.policy_id, version)?,
                         summary(s, &r.policy_id)?,

@@ -1,8 +1,9 @@
 //! Read-only answers the admin service computes from the replicated state.
 
-use crate::state::AllocatorState;
+use crate::state::{ledger_policy_ids, AllocatorState};
 use leasehold_common::policy::{diff, Policy};
 use leasehold_proto::leasehold::v1 as pb;
+use std::collections::BTreeSet;
 use tonic::Status;
 
 /// Affected keys listed by a policy diff; the rest are only counted.
@@ -29,8 +30,8 @@ pub fn diff_view(
         .policies()
         .get_version(&r.policy_id, from_v)
         .map_err(|e| Status::not_found(e.to_string()))?;
-    let (to_v, changes) = match candidate {
-        Some(p) => (0, diff(&from.policy, p)),
+    let (to_v, to) = match candidate {
+        Some(p) => (0, p),
         None => {
             let to_v = if r.to_version == 0 {
                 cur.version
@@ -41,14 +42,18 @@ pub fn diff_view(
                 .policies()
                 .get_version(&r.policy_id, to_v)
                 .map_err(|e| Status::not_found(e.to_string()))?;
-            (to_v, diff(&from.policy, &to.policy))
+            (to_v, &to.policy)
         }
     };
+    let changes = diff(&from.policy, to);
     let text: Vec<String> = changes.iter().map(ToString::to_string).collect();
     let (affected_keys, affected_keys_total) = if changes.is_empty() {
         (Vec::new(), 0)
     } else {
-        affected_keys(s, &r.policy_id, DIFF_KEYS_MAX, DIFF_HOLDERS_PER_KEY_MAX)
+        // A domain's keys are its rules' keys, those of either side.
+        let mut ids = ledger_policy_ids(&from.policy);
+        ids.extend(ledger_policy_ids(to));
+        affected_keys(s, &ids, DIFF_KEYS_MAX, DIFF_HOLDERS_PER_KEY_MAX)
     };
     Ok(pb::DiffPolicyResponse {
         from_version: from_v,
@@ -59,18 +64,19 @@ pub fn diff_view(
     })
 }
 
-/// The keys with ledger state under `policy_id`, in key order: the first `keys_max` with
-/// their outstanding credit and (up to `holders_max`) holders, and how many there are.
+/// The keys with ledger state under any of `policy_ids`, in key order: the first
+/// `keys_max` with their outstanding credit and (up to `holders_max`) holders, and how many
+/// there are.
 pub fn affected_keys(
     s: &AllocatorState,
-    policy_id: &str,
+    policy_ids: &BTreeSet<String>,
     keys_max: usize,
     holders_max: usize,
 ) -> (Vec<pb::KeyImpact>, u64) {
     let mut listed = Vec::new();
     let mut total = 0u64;
     for (key, acct) in s.ledger().accounts() {
-        if acct.policy_id != policy_id {
+        if !policy_ids.contains(&acct.policy_id) {
             continue;
         }
         total += 1;

@@ -157,6 +157,7 @@ impl AllocatorState {
         (actor, action): (&str, &str),
         reason: &str,
     ) -> Result<StateOutput, AdminError> {
+        self.check_document(&policy)?;
         let id = policy.id.clone();
         let before = yaml_of(self.policies.get(&id).map(|v| &v.policy));
         let (_, _, diff_text) = self.preview(&policy);

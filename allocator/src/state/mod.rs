@@ -8,11 +8,13 @@
 
 mod admin;
 mod preview;
+mod ratelimit;
 pub mod records;
 mod shadow;
 
 pub use admin::{prepare as admin_prepare, AdminError};
 pub use preview::{rate_milli_of, RatePreview};
+pub use ratelimit::ledger_policy_ids;
 pub use records::{AuditEntry, Emergency, EmergencyMode, Event, EventKind};
 pub use shadow::{ShadowBook, ShadowTally};
 
@@ -165,11 +167,6 @@ impl AllocatorState {
         &self.policies
     }
 
-    /// Would-deny counts reported for `version` of a shadow-mode policy, if any.
-    pub fn shadow_tally(&self, policy_id: &str, version: u64) -> Option<&ShadowTally> {
-        self.shadow.tally(policy_id, version)
-    }
-
     pub fn meta(&self, policy_id: &str) -> Option<&PolicyMeta> {
         self.meta.get(policy_id)
     }
@@ -238,10 +235,13 @@ impl AllocatorState {
         StateOutput::Ledger(self.ledger.apply(now, Command::Tick))
     }
 
-    /// Hands version `version` of a policy to the ledger (if it is leased) and tells holders.
+    /// Hands version `version` of a policy to the ledger (if it is leased; for an
+    /// envoyproxy/ratelimit domain, each of its rules) and tells holders.
     fn make_effective(&mut self, policy_id: &str, version: u64, now: Nanos) {
         if let Ok(v) = self.policies.get_version(policy_id, version) {
-            if let Ok(params) = PolicyParams::from_policy(&v.policy, version) {
+            if v.policy.ratelimit.is_some() {
+                self.put_domain_rules(policy_id, version, now);
+            } else if let Ok(params) = PolicyParams::from_policy(&v.policy, version) {
                 // A stale or refused version leaves the ledger on the previous one.
                 let _ = self.ledger.apply(now, Command::PutPolicy(params));
             }

@@ -28,14 +28,48 @@ impl fmt::Display for FieldChange {
 /// Every field that differs between `old` and `new`, in document order. Lists are
 /// compared position by position. Defaults count as values, so a field that only moved
 /// from implicit to explicit with the same value is not a change.
+///
+/// A domain's envoyproxy/ratelimit YAML (`ratelimit`) is compared field by field too
+/// (`ratelimit.descriptors[0].rate_limit.requests_per_unit`); a text that changed only in
+/// comments or layout is one change saying so, since it still makes a new version.
 pub fn diff(old: &Policy, new: &Policy) -> Vec<FieldChange> {
     let mut changes = Vec::new();
     // Serialising plain data to a YAML value does not fail; were it to, the whole
     // document would show as changed rather than hiding a change.
-    let old = serde_norway::to_value(old).unwrap_or(Value::Null);
-    let new = serde_norway::to_value(new).unwrap_or(Value::Null);
-    walk(String::new(), Some(&old), Some(&new), &mut changes);
+    let mut old_value = serde_norway::to_value(old).unwrap_or(Value::Null);
+    let mut new_value = serde_norway::to_value(new).unwrap_or(Value::Null);
+    expand_ratelimit(&mut old_value);
+    expand_ratelimit(&mut new_value);
+    walk(
+        String::new(),
+        Some(&old_value),
+        Some(&new_value),
+        &mut changes,
+    );
+    let rules_changed = changes.iter().any(|c| c.path.starts_with("ratelimit"));
+    if old.ratelimit != new.ratelimit && !rules_changed {
+        let size = |text: &Option<String>| text.as_ref().map(|t| format!("{} bytes", t.len()));
+        changes.push(FieldChange {
+            path: "ratelimit".into(),
+            old: size(&old.ratelimit),
+            new: size(&new.ratelimit).map(|s| format!("{s}, only comments or layout changed")),
+        });
+    }
     changes
+}
+
+/// Replaces the `ratelimit` text by the YAML it holds, so that it is compared field by field.
+fn expand_ratelimit(policy: &mut Value) {
+    let Value::Mapping(fields) = policy else {
+        return;
+    };
+    let parsed = match fields.get("ratelimit") {
+        Some(Value::String(text)) => serde_norway::from_str::<Value>(text).ok(),
+        _ => None,
+    };
+    if let Some(parsed) = parsed {
+        fields.insert(Value::String("ratelimit".into()), parsed);
+    }
 }
 
 fn walk(path: String, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<FieldChange>) {

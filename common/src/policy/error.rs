@@ -1,5 +1,6 @@
 //! Policy errors: each names the field path (`lease.ttl`, `dimensions[1].name`) and why.
 
+use super::envoy::{EnvoyProblem, MapError};
 use std::fmt;
 use thiserror::Error;
 
@@ -93,6 +94,20 @@ pub enum Problem {
         when: String,
         instead: String,
     },
+    #[error("'{value}' must be '{expected}', {why}")]
+    MustBe {
+        value: String,
+        expected: String,
+        why: String,
+    },
+    #[error("not envoyproxy/ratelimit YAML: {message}")]
+    RatelimitYaml { message: String },
+    #[error(transparent)]
+    Ratelimit(EnvoyProblem),
+    #[error("the rule cannot be enforced: {0}")]
+    RatelimitRule(MapError),
+    #[error("domain '{domain}' cannot name a policy: {rule}")]
+    DomainId { domain: String, rule: &'static str },
 }
 
 /// Collects every broken rule instead of stopping at the first.

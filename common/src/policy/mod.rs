@@ -133,6 +133,10 @@
 //!   borrow (false) }`: `name` as `id`, `priority` 0–255 and unique, `weight` 1–1000 (its
 //!   share under weighted max-min fair sharing), `borrow` lets the class use capacity
 //!   others leave idle until they return.
+//! * **`ratelimit`** (none) — an envoyproxy/ratelimit domain's YAML, at most 96 KiB; the
+//!   document then stands for every rule of the domain and its id must be
+//!   `ratelimit-<domain>`. Such a document is normally made by applying the
+//!   envoyproxy/ratelimit file itself; see [`envoy::document`].
 //!
 //! Numbers are exact integers throughout; fractions become parts per million at parsing
 //! and durations become nanoseconds, so no decision ever rounds a float.
@@ -169,13 +173,17 @@ pub use validate::{
 pub const POLICY_YAML_LEN_MAX: usize = 256 * 1024;
 
 impl Policy {
-    /// Parses and validates one policy document.
+    /// Parses and validates one policy document, or one envoyproxy/ratelimit file, which
+    /// becomes the document of its domain ([`envoy::document`]).
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
         if text.len() > POLICY_YAML_LEN_MAX {
             return Err(PolicyError::Yaml(format!(
                 "document is {} bytes, at most {POLICY_YAML_LEN_MAX} allowed",
                 text.len()
             )));
+        }
+        if envoy::is_ratelimit_yaml(text) {
+            return Policy::from_ratelimit_yaml(text);
         }
         let policy: Policy =
             serde_norway::from_str(text).map_err(|e| PolicyError::Yaml(e.to_string()))?;
@@ -184,7 +192,25 @@ impl Policy {
     }
 
     /// Writes the policy as YAML that [`Policy::from_yaml`] reads back to an equal value.
+    /// A domain document leaves out the fields of one limit while they hold their defaults:
+    /// they mean nothing there.
     pub fn to_yaml(&self) -> Result<String, PolicyError> {
-        serde_norway::to_string(self).map_err(|e| PolicyError::Yaml(e.to_string()))
+        let yaml = |e: serde_norway::Error| PolicyError::Yaml(e.to_string());
+        if self.ratelimit.is_none() {
+            return serde_norway::to_string(self).map_err(yaml);
+        }
+        let mut value = serde_norway::to_value(self).map_err(yaml)?;
+        if let serde_norway::Value::Mapping(fields) = &mut value {
+            if self.cost == Cost::default() {
+                fields.shift_remove("cost");
+            }
+            if self.algorithm == Algorithm::default() {
+                fields.shift_remove("algorithm");
+            }
+            if self.lease == LeaseParams::default() {
+                fields.shift_remove("lease");
+            }
+        }
+        serde_norway::to_string(&value).map_err(yaml)
     }
 }

@@ -48,6 +48,11 @@ pub struct Policy {
     pub lease: LeaseParams,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub priority_classes: Vec<PriorityClass>,
+    /// An envoyproxy/ratelimit domain's YAML, kept as written. Such a document stands for
+    /// every limited rule of the domain, each enforced as its own policy (see
+    /// [`envoy`](super::envoy)); the fields above that describe one limit stay unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratelimit: Option<String>,
 }
 
 /// A subject or resource dimension: the descriptor entry a key reads, and how its value

@@ -201,15 +201,29 @@ impl fmt::Display for Ppm {
     }
 }
 
+/// Significant digits a decimal written as a float keeps through every reader: beyond
+/// them, a reader that parses floats quickly rather than exactly (serde_json by default)
+/// may land on the neighbouring float.
+const FLOAT_DIGITS_EXACT: usize = 15;
+
 impl Serialize for Ppm {
     /// Written as a YAML number. The float is built from the exact decimal text, so the
     /// shortest representation printed for it reads back to the same parts per million;
-    /// a value with more significant digits than a float keeps is written as its decimal
-    /// text instead, which reads back just as exactly.
+    /// a value with more significant digits than every reader keeps exactly is written as
+    /// its decimal text instead, which reads back just as exactly.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let text = self.to_string();
+        let significant = text
+            .trim_start_matches(['0', '.'])
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .count();
         match text.parse::<f64>() {
-            Ok(v) if Ppm::parse(&v.to_string()) == Ok(*self) => s.serialize_f64(v),
+            Ok(v)
+                if significant <= FLOAT_DIGITS_EXACT && Ppm::parse(&v.to_string()) == Ok(*self) =>
+            {
+                s.serialize_f64(v)
+            }
             _ => s.collect_str(&text),
         }
     }

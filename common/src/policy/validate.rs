@@ -49,6 +49,13 @@ impl Policy {
     /// Checks every rule and reports all that are broken.
     pub fn validate(&self) -> Result<(), FieldErrors> {
         let mut c = Collector::default();
+        if let Some(text) = &self.ratelimit {
+            // The domain names the id and the rules are the limits: checked there.
+            check_description(self, &mut c);
+            check_failure(self, &mut c);
+            super::envoy::document::check(self, text, &mut c);
+            return c.finish();
+        }
         check_identity(self, &mut c);
         check_dimensions(self, &mut c);
         check_key(self, &mut c);
@@ -86,6 +93,10 @@ fn check_identity(p: &Policy, c: &mut Collector) {
     if !is_valid_policy_id(&p.id) {
         c.push("id", bad_name(&p.id, ID_RULE));
     }
+    check_description(p, c);
+}
+
+fn check_description(p: &Policy, c: &mut Collector) {
     if p.description.len() > DESCRIPTION_LEN_MAX {
         c.push(
             "description",

@@ -162,6 +162,7 @@ impl Loader {
             rule,
             children: Level::default(),
             path: path.clone(),
+            at: here.to_owned(),
         };
         match self.tree.add(parent, node) {
             Ok(index) => self.load_level(Some(index), &path, &format!("{here}."), &raw.descriptors),

@@ -4,12 +4,16 @@
 //! without `share_threshold` count each value apart, as that service does. A step with a
 //! fixed value, or a wildcard with `share_threshold`, is the same for every request the
 //! rule matches, so it is left out of the key.
+//!
+//! What a rule does not say (where its budget lives, what happens while the allocator is
+//! away) comes from a [`RuleTemplate`]: rules read by one agent from a local file are
+//! enforced by that process alone, rules stored at the allocator are shared by the fleet.
 
 use super::tree::{DomainTree, Segment, SegmentValue};
 use super::{EnvoyLimit, MatchedRule};
 use crate::policy::{
     is_valid_dimension_name, Algorithm, Cost, Dimension, Failure, FieldErrors, HumanDuration,
-    LeaseParams, Mode, Policy, RateSpec, Scope, DIMENSIONS_MAX, DIMENSION_VALUE_LEN_LIMIT,
+    LeaseParams, Mode, Policy, Ppm, RateSpec, Scope, DIMENSIONS_MAX, DIMENSION_VALUE_LEN_LIMIT,
 };
 use ring::digest;
 use thiserror::Error;
@@ -18,10 +22,51 @@ use thiserror::Error;
 const ID_HASH_HEX_LEN: usize = 12;
 const ID_PREFIX: &str = "envoy-";
 
+/// The fields every policy mapped from a domain's rules shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleTemplate {
+    pub scope: Scope,
+    /// Every rule in shadow mode, whatever its own `shadow_mode`.
+    pub shadow: bool,
+    pub kill_switch: bool,
+    pub failure: Failure,
+    pub lease: LeaseParams,
+}
+
+impl RuleTemplate {
+    /// Rules one agent enforces alone, from its own configuration file, as that service
+    /// does on one host.
+    pub fn process() -> RuleTemplate {
+        RuleTemplate {
+            scope: Scope::Process,
+            shadow: false,
+            kill_switch: false,
+            failure: Failure::default(),
+            lease: LeaseParams::default(),
+        }
+    }
+
+    /// Rules whose budgets the allocator at `scope` owns, leased to every agent. Nothing is
+    /// held back as a reserve: a rule allows exactly its `requests_per_unit`, as that
+    /// service's shared counter does.
+    pub fn shared(scope: Scope) -> RuleTemplate {
+        RuleTemplate {
+            scope,
+            lease: LeaseParams {
+                reserve_fraction: Ppm(0),
+                ..LeaseParams::default()
+            },
+            ..RuleTemplate::process()
+        }
+    }
+}
+
 /// One rule with a `rate_limit`, and what it became.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MappedRule {
     pub rule_id: String,
+    /// Where the rule is in its file: `descriptors[0].descriptors[2]`.
+    pub at: String,
     pub mapped: Result<Mapped, MapError>,
 }
 
@@ -47,20 +92,25 @@ pub enum MapError {
     Invalid(FieldErrors),
 }
 
-pub(super) fn map_domain(tree: &DomainTree) -> Vec<MappedRule> {
+pub(super) fn map_domain(tree: &DomainTree, template: &RuleTemplate) -> Vec<MappedRule> {
     tree.nodes()
         .iter()
         .filter_map(|node| {
             let rule = node.rule.as_ref()?;
             Some(MappedRule {
                 rule_id: rule.rule_id.clone(),
-                mapped: map_rule(rule, &node.path),
+                at: node.at.clone(),
+                mapped: map_rule(rule, &node.path, template),
             })
         })
         .collect()
 }
 
-fn map_rule(rule: &MatchedRule, path: &[Segment]) -> Result<Mapped, MapError> {
+fn map_rule(
+    rule: &MatchedRule,
+    path: &[Segment],
+    template: &RuleTemplate,
+) -> Result<Mapped, MapError> {
     let limit = match rule.limit {
         _ if rule.unlimited => return Ok(Mapped::Unlimited),
         Some(EnvoyLimit {
@@ -89,19 +139,19 @@ fn map_rule(rule: &MatchedRule, path: &[Segment]) -> Result<Mapped, MapError> {
         burst: None,
         calendar: None,
         concurrency: None,
-        // Enforced where the rules were loaded: a drop-in for one host.
-        scope: Scope::Process,
+        scope: template.scope,
         enforcement: Default::default(),
-        failure: Failure::default(),
-        mode: if rule.shadow_mode {
+        failure: template.failure.clone(),
+        mode: if rule.shadow_mode || template.shadow {
             Mode::Shadow
         } else {
             Mode::Enforce
         },
         effective_at: None,
-        kill_switch: false,
-        lease: LeaseParams::default(),
+        kill_switch: template.kill_switch,
+        lease: template.lease.clone(),
         priority_classes: Vec::new(),
+        ratelimit: None,
     };
     policy.validate().map_err(MapError::Invalid)?;
     Ok(Mapped::Policy(Box::new(policy)))

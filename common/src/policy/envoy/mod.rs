@@ -47,15 +47,25 @@
 //! requests in fixed windows of one unit (a month is 30 days and a year 365, as there),
 //! so a fixed window of the same length behaves the same at window edges, including the
 //! up-to-double burst across a boundary that a token bucket would not allow.
+//!
+//! **Fleet-wide** ([`document`]): a domain's YAML applied at the allocator is stored as one
+//! policy document, `ratelimit-<domain>`, whose rules map with scope `global`; every agent
+//! then spends credit leased from the allocator's one budget per rule.
 
+pub mod document;
 mod load;
 mod map;
 mod tree;
 
-pub use map::{MapError, Mapped, MappedRule};
+pub use document::{
+    document_id, is_ratelimit_yaml, DomainRules, DOCUMENT_DOMAIN_LEN_MAX, DOCUMENT_ID_PREFIX,
+    RATELIMIT_LEN_MAX,
+};
+pub use map::{MapError, Mapped, MappedRule, RuleTemplate};
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use thiserror::Error;
 use tree::DomainTree;
 
@@ -151,10 +161,10 @@ pub struct MatchedRule {
     pub value_to_metric: bool,
 }
 
-/// Every loaded domain.
+/// Every loaded domain. Cloning shares the domains' rules.
 #[derive(Clone, Debug, Default)]
 pub struct EnvoyConfig {
-    domains: BTreeMap<String, DomainTree>,
+    domains: BTreeMap<String, Arc<DomainTree>>,
 }
 
 /// A configuration problem at one field of one file.
@@ -234,7 +244,7 @@ impl EnvoyConfig {
     pub fn from_files<'a>(
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<EnvoyConfig, EnvoyError> {
-        let mut domains: BTreeMap<String, DomainTree> = BTreeMap::new();
+        let mut config = EnvoyConfig::default();
         for (count, (file, text)) in files.into_iter().enumerate() {
             if count >= ENVOY_FILES_MAX {
                 return Err(EnvoyError::TooManyFiles {
@@ -243,16 +253,42 @@ impl EnvoyConfig {
                 });
             }
             let tree = load::parse_file(file, text)?;
-            if let Some(existing) = domains.get(tree.domain()) {
-                return Err(EnvoyError::DuplicateDomain {
-                    domain: tree.domain().to_owned(),
-                    first: existing.file().to_owned(),
-                    second: file.to_owned(),
-                });
-            }
-            domains.insert(tree.domain().to_owned(), tree);
+            config.insert(Arc::new(tree))?;
         }
-        Ok(EnvoyConfig { domains })
+        Ok(config)
+    }
+
+    /// Adds every domain of `other`; a domain both hold is an error naming where each came
+    /// from, and then nothing is added.
+    pub fn merge(&mut self, other: &EnvoyConfig) -> Result<(), EnvoyError> {
+        if let Some((domain, tree)) = other
+            .domains
+            .iter()
+            .find(|(d, _)| self.domains.contains_key(*d))
+        {
+            return Err(EnvoyError::DuplicateDomain {
+                domain: domain.clone(),
+                first: self.domains[domain].file().to_owned(),
+                second: tree.file().to_owned(),
+            });
+        }
+        for tree in other.domains.values() {
+            self.domains
+                .insert(tree.domain().to_owned(), Arc::clone(tree));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, tree: Arc<DomainTree>) -> Result<(), EnvoyError> {
+        if let Some(existing) = self.domains.get(tree.domain()) {
+            return Err(EnvoyError::DuplicateDomain {
+                domain: tree.domain().to_owned(),
+                first: existing.file().to_owned(),
+                second: tree.file().to_owned(),
+            });
+        }
+        self.domains.insert(tree.domain().to_owned(), tree);
+        Ok(())
     }
 
     /// Reads every `*.yaml` and `*.yml` file directly in `dir`, in file-name order.
@@ -273,9 +309,12 @@ impl EnvoyConfig {
         self.domains.keys().map(String::as_str)
     }
 
-    /// Every rule with a `rate_limit`, mapped onto Leasehold policies, by domain then
-    /// file order.
-    pub fn to_policies(&self) -> Vec<MappedRule> {
-        self.domains.values().flat_map(map::map_domain).collect()
+    /// Every rule with a `rate_limit`, mapped onto Leasehold policies that take what the
+    /// rules do not say from `template`, by domain then file order.
+    pub fn to_policies(&self, template: &RuleTemplate) -> Vec<MappedRule> {
+        self.domains
+            .values()
+            .flat_map(|tree| map::map_domain(tree, template))
+            .collect()
     }
 }

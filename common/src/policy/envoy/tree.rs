@@ -19,6 +19,8 @@ pub(super) struct Node {
     pub(super) children: Level,
     /// From the domain's top level down to this rule.
     pub(super) path: Vec<Segment>,
+    /// Where the rule is in its file: `descriptors[0].descriptors[2]`.
+    pub(super) at: String,
 }
 
 /// One step of a rule's path.

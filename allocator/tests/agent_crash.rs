@@ -6,56 +6,30 @@
 mod process_support;
 
 use process_support::{
-    admit, agent_binary, free_port, json, spawn_logged, wait_agent_ready, wait_until, Proc,
-    ALLOCATOR, LEASECTL,
+    admit, agent_binary, ctl_insecure, free_port, json, spawn_logged, start_insecure_allocator,
+    wait_agent_ready, wait_until, Proc,
 };
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const RATE_PER_SEC: u64 = 50;
 const BURST: u64 = 100;
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 50, per: 1s}\nburst: 100\nscope: global\nlease: {ttl: 20s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
 
-fn ctl(server: &str, args: &[&str]) -> Output {
-    Command::new(LEASECTL)
-        .args(["--server", server, "--insecure", "-o", "json"])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn start_allocator(dir: &Path) -> (Proc, String) {
-    let (grpc, http) = (free_port(), free_port());
-    let config = dir.join("node.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-             advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\ninsecure: true\n\
-             raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 1000}}\n\
-             bootstrap:\n  - {{id: 1, addr: \"127.0.0.1:{grpc}\"}}\n",
-            d = dir.join("node").display()
-        ),
-    )
-    .unwrap();
-    let mut node = Command::new(ALLOCATOR);
-    node.arg("-c").arg(&config).arg("--insecure");
-    let node = spawn_logged(node, &dir.join("node.log"));
-    let server = format!("127.0.0.1:{grpc}");
+    let (node, server) = start_insecure_allocator(dir);
     let policy = dir.join("api.yaml");
     std::fs::write(&policy, POLICY).unwrap();
-    let apply = ["policy", "apply", "-f", policy.to_str().unwrap()];
-    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-        let out = ctl(&server, &apply);
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(format!(
-            "policy not applied: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    });
+    let out = ctl_insecure(
+        &server,
+        &["policy", "apply", "-f", policy.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (node, server)
 }
 
@@ -85,7 +59,7 @@ fn drive(port: u16, for_: Duration) -> u64 {
 }
 
 fn live_leases(server: &str) -> Vec<u64> {
-    json(&ctl(server, &["lease", "ls", "--holder", "gw-1"]))
+    json(&ctl_insecure(server, &["lease", "ls", "--holder", "gw-1"]))
         .as_array()
         .unwrap()
         .iter()

@@ -13,11 +13,11 @@ use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use process_support::{
-    agent_binary, free_port, json, spawn_logged, wait_agent_ready, wait_until, Proc, ALLOCATOR,
-    LEASECTL,
+    agent_binary, ctl_insecure, free_port, json, spawn_logged, start_insecure_allocator,
+    wait_agent_ready, Proc,
 };
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const EDGE: &str = "\
@@ -40,45 +40,6 @@ const SENT: usize = 16;
 const PAUSE: Duration = Duration::from_millis(150);
 /// Latest second of a minute a run may start at and still end inside that minute.
 const START_SECOND_MAX: u64 = 40;
-
-fn ctl(server: &str, args: &[&str]) -> Output {
-    Command::new(LEASECTL)
-        .args(["--server", server, "--insecure", "-o", "json"])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn start_allocator(dir: &Path) -> (Proc, String) {
-    let (grpc, http) = (free_port(), free_port());
-    let config = dir.join("node.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-             advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\ninsecure: true\n\
-             raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 1000}}\n\
-             bootstrap:\n  - {{id: 1, addr: \"127.0.0.1:{grpc}\"}}\n",
-            d = dir.join("node").display()
-        ),
-    )
-    .unwrap();
-    let mut node = Command::new(ALLOCATOR);
-    node.arg("-c").arg(&config).arg("--insecure");
-    let node = spawn_logged(node, &dir.join("node.log"));
-    let server = format!("127.0.0.1:{grpc}");
-    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-        let out = ctl(&server, &["policy", "ls"]);
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(format!(
-            "allocator not serving: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    });
-    (node, server)
-}
 
 fn start_agent(bin: &Path, dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
     let (grpc, http) = (free_port(), free_port());
@@ -166,14 +127,14 @@ fn two_agents_share_each_rules_budget_across_domains() {
     let bin = agent_binary();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (_node, server) = start_allocator(dir);
+    let (_node, server) = start_insecure_allocator(dir);
     let rules = dir.join("rules");
     std::fs::create_dir(&rules).unwrap();
     std::fs::write(rules.join("edge.yaml"), EDGE).unwrap();
     std::fs::write(rules.join("mobile.yml"), MOBILE).unwrap();
     std::fs::write(rules.join("api.yaml"), POLICY).unwrap();
     std::fs::write(rules.join("README.txt"), "not a rule").unwrap();
-    let applied = json(&ctl(
+    let applied = json(&ctl_insecure(
         &server,
         &["policy", "apply", "-f", rules.to_str().unwrap()],
     ));
@@ -184,7 +145,7 @@ fn two_agents_share_each_rules_budget_across_domains() {
         .map(|r| r["policy_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["api", "ratelimit-edge", "ratelimit-mobile"]);
-    let got = json(&ctl(&server, &["policy", "get", "ratelimit-edge"]));
+    let got = json(&ctl_insecure(&server, &["policy", "get", "ratelimit-edge"]));
     let rule_policy = got["rules"][0]["policy_id"].as_str().unwrap().to_owned();
     assert!(rule_policy.starts_with("envoy-edge-tenant-"), "{got}");
 
@@ -204,7 +165,10 @@ fn two_agents_share_each_rules_budget_across_domains() {
         "edge 5 a minute and mobile 3 across both agents; a domain without rules is not limited"
     );
     // Both agents leased the rule's credit from the one budget.
-    let leases = json(&ctl(&server, &["lease", "ls", "--policy", &rule_policy]));
+    let leases = json(&ctl_insecure(
+        &server,
+        &["lease", "ls", "--policy", &rule_policy],
+    ));
     let holders: std::collections::BTreeSet<&str> = leases
         .as_array()
         .unwrap()
@@ -242,7 +206,7 @@ fn an_agent_with_allocators_refuses_a_local_ratelimit_file() {
 fn a_directory_with_a_bad_file_applies_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (_node, server) = start_allocator(dir);
+    let (_node, server) = start_insecure_allocator(dir);
     let rules = dir.join("rules");
     std::fs::create_dir(&rules).unwrap();
     std::fs::write(rules.join("a-edge.yaml"), EDGE).unwrap();
@@ -251,7 +215,7 @@ fn a_directory_with_a_bad_file_applies_nothing() {
         MOBILE.replace("minute", "minutes"),
     )
     .unwrap();
-    let out = ctl(&server, &["policy", "apply", "-f", rules.to_str().unwrap()]);
+    let out = ctl_insecure(&server, &["policy", "apply", "-f", rules.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(6), "invalid input");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -259,7 +223,7 @@ fn a_directory_with_a_bad_file_applies_nothing() {
             && err.contains("ratelimit.descriptors[0].rate_limit.unit: invalid rate limit unit"),
         "{err}"
     );
-    let listed = json(&ctl(&server, &["policy", "ls"]));
+    let listed = json(&ctl_insecure(&server, &["policy", "ls"]));
     assert_eq!(
         listed.as_array().unwrap().len(),
         0,
@@ -267,7 +231,7 @@ fn a_directory_with_a_bad_file_applies_nothing() {
     );
     // Two files naming one domain are refused the same way.
     std::fs::write(rules.join("b-mobile.yaml"), EDGE).unwrap();
-    let out = ctl(&server, &["policy", "apply", "-f", rules.to_str().unwrap()]);
+    let out = ctl_insecure(&server, &["policy", "apply", "-f", rules.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("'ratelimit-edge' is in both"), "{err}");
 }

@@ -8,8 +8,8 @@
 mod process_support;
 
 use process_support::{
-    admit_answer, agent_binary, free_port, json, spawn_logged, wait_agent_ready, wait_until, Proc,
-    ALLOCATOR, LEASECTL,
+    admit_answer, agent_binary, ctl_insecure, free_port, json, spawn_logged,
+    start_insecure_allocator, wait_agent_ready, wait_until, Proc,
 };
 use std::path::Path;
 use std::process::{Command, Output};
@@ -27,47 +27,11 @@ const POLICIES: [(&str, &str); 5] = [
     ("cq", "algorithm: calendar_quota\ncalendar: {period: month, time_zone: Europe/Berlin, units: 10}\n"),
 ];
 
-fn ctl(server: &str, args: &[&str]) -> Output {
-    Command::new(LEASECTL)
-        .args(["--server", server, "--insecure", "-o", "json"])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn apply(dir: &Path, server: &str, id: &str, scope: &str, body: &str) -> Output {
     let file = dir.join(format!("{id}.yaml"));
     let doc = format!("id: {id}\ndimensions: [{{name: tenant}}]\nscope: {scope}\n{body}");
     std::fs::write(&file, doc).unwrap();
-    ctl(server, &["policy", "apply", "-f", file.to_str().unwrap()])
-}
-
-fn start_allocator(dir: &Path) -> (Proc, String) {
-    let (grpc, http) = (free_port(), free_port());
-    let config = dir.join("node.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-             advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\ninsecure: true\n\
-             raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}}\n\
-             bootstrap:\n  - {{id: 1, addr: \"127.0.0.1:{grpc}\"}}\n",
-            d = dir.join("node").display()
-        ),
-    )
-    .unwrap();
-    let mut node = Command::new(ALLOCATOR);
-    node.arg("-c").arg(&config).arg("--insecure");
-    let node = spawn_logged(node, &dir.join("node.log"));
-    let server = format!("127.0.0.1:{grpc}");
-    wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
-        let out = ctl(&server, &["status"]);
-        if out.status.success() && json(&out)["healthy"] == true {
-            return Ok(());
-        }
-        Err("allocator never became healthy".to_owned())
-    });
-    (node, server)
+    ctl_insecure(server, &["policy", "apply", "-f", file.to_str().unwrap()])
 }
 
 fn start_agent(bin: &Path, dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
@@ -107,7 +71,7 @@ fn decided(port: u16, policy: &str, tenant: &str) -> u64 {
 fn two_agents_share_one_budget_for_every_algorithm() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (_node, server) = start_allocator(dir);
+    let (_node, server) = start_insecure_allocator(dir);
     for (id, body) in POLICIES {
         let out = apply(dir, &server, id, "global", body);
         assert!(
@@ -135,7 +99,7 @@ fn two_agents_share_one_budget_for_every_algorithm() {
     eprintln!("admitted by both agents together: {report:?}");
 
     // The quota's period is the Berlin calendar month, with its used and remaining units.
-    let shown = json(&ctl(&server, &["budget", "show", "cq"]));
+    let shown = json(&ctl_insecure(&server, &["budget", "show", "cq"]));
     let w = &shown["windows"][0];
     assert_eq!(w["key"], "cq:tenant=acme", "{shown}");
     let (used, remaining) = (
@@ -171,7 +135,7 @@ fn two_agents_share_one_budget_for_every_algorithm() {
 fn a_concurrency_limit_beyond_one_process_is_refused_naming_the_scope() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (_node, server) = start_allocator(dir);
+    let (_node, server) = start_insecure_allocator(dir);
     let body = "algorithm: concurrency\nconcurrency: {max_in_flight: 2}\n";
     let out = apply(dir, &server, "cc", "global", body);
     assert!(

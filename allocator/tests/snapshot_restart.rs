@@ -6,8 +6,8 @@
 mod process_support;
 
 use process_support::{
-    admit, agent_binary, free_port, json, spawn_logged, wait_agent_ready, wait_until, Proc,
-    ALLOCATOR, LEASECTL,
+    admit, agent_binary, ctl_insecure, free_port, insecure_node_config, json, spawn_logged,
+    start_node, wait_agent_ready, wait_until, Proc,
 };
 use serde_json::{json, Value};
 use std::path::Path;
@@ -33,54 +33,25 @@ struct Node {
 
 impl Node {
     fn new(dir: &Path) -> Node {
-        let (grpc, http) = (free_port(), free_port());
-        let config = dir.join("node.yaml");
         // A snapshot every 20 entries: the 100 ms ticks alone take one every two seconds.
-        std::fs::write(
-            &config,
-            format!(
-                "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-                 advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\ninsecure: true\n\
-                 raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 20}}\n\
-                 bootstrap:\n  - {{id: 1, addr: \"127.0.0.1:{grpc}\"}}\n",
-                d = dir.join("node").display()
-            ),
-        )
-        .unwrap();
+        let raft = "{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 20}";
+        let (config, server) = insecure_node_config(dir, raft);
         Node {
             dir: dir.to_owned(),
             config,
-            server: format!("127.0.0.1:{grpc}"),
+            server,
             runs: 0,
         }
     }
 
     fn start(&mut self) -> Proc {
         self.runs += 1;
-        let mut cmd = Command::new(ALLOCATOR);
-        cmd.arg("-c").arg(&self.config).arg("--insecure");
         let log = self.dir.join(format!("node-run{}.log", self.runs));
-        let proc = spawn_logged(cmd, &log);
-        wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
-            let out = self.ctl(&["status"]);
-            if out.status.success() && json(&out)["healthy"] == Value::Bool(true) {
-                return Ok(());
-            }
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            Err(format!(
-                "run {} never became healthy; its log:\n{log}",
-                self.runs
-            ))
-        });
-        proc
+        start_node(&self.config, &self.server, &log)
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(LEASECTL)
-            .args(["--server", &self.server, "--insecure", "-o", "json"])
-            .args(args)
-            .output()
-            .unwrap()
+        ctl_insecure(&self.server, args)
     }
 
     fn ok(&self, args: &[&str]) -> Value {

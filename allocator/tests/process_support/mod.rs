@@ -149,3 +149,55 @@ pub fn admit_answer(port: u16, policy: &str, tenant: &str) -> Option<Value> {
     let (_, body) = resp.split_once("\r\n\r\n")?;
     serde_json::from_str(body).ok()
 }
+
+/// `leasectl -o json` against a node started with `--insecure`.
+pub fn ctl_insecure(server: &str, args: &[&str]) -> Output {
+    Command::new(LEASECTL)
+        .args(["--server", server, "--insecure", "-o", "json"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The config of a one-node cluster without TLS on free loopback ports, its data under
+/// `dir/node`; `raft` is the config's `raft:` mapping.
+pub fn insecure_node_config(dir: &Path, raft: &str) -> (std::path::PathBuf, String) {
+    let (grpc, http) = (free_port(), free_port());
+    let config = dir.join("node.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_id: 1\ncluster: global\ngrpc_addr: 127.0.0.1:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
+             advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\ninsecure: true\n\
+             raft: {raft}\nbootstrap:\n  - {{id: 1, addr: \"127.0.0.1:{grpc}\"}}\n",
+            d = dir.join("node").display()
+        ),
+    )
+    .unwrap();
+    (config, format!("127.0.0.1:{grpc}"))
+}
+
+/// Starts the allocator binary on `config`, logging to `log`, and waits until it reports
+/// itself healthy.
+pub fn start_node(config: &Path, server: &str, log: &Path) -> Proc {
+    let mut cmd = Command::new(ALLOCATOR);
+    cmd.arg("-c").arg(config).arg("--insecure");
+    let node = spawn_logged(cmd, log);
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let out = ctl_insecure(server, &["status"]);
+        if out.status.success() && json(&out)["healthy"] == Value::Bool(true) {
+            return Ok(());
+        }
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        Err(format!("allocator never became healthy; its log:\n{log}"))
+    });
+    node
+}
+
+/// A one-node cluster without TLS (fast elections), healthy: the process and its address.
+pub fn start_insecure_allocator(dir: &Path) -> (Proc, String) {
+    let raft = "{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}";
+    let (config, server) = insecure_node_config(dir, raft);
+    let node = start_node(&config, &server, &dir.join("node.log"));
+    (node, server)
+}

@@ -247,3 +247,52 @@ async fn a_lease_as_short_as_the_refresh_horizon_is_not_renewed_on_every_tick() 
     );
     assert!(counters.reports >= 5, "{counters:?}");
 }
+
+/// An agent restarted after its wall clock stepped back starts its request ids below those
+/// its previous run used; the grantor refuses them as stale, says how far it has seen, and
+/// the agent continues above at once instead of waiting for its clock to catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_behind_the_previous_runs_request_ids_is_served_at_once() {
+    use leasehold_proto::leasehold::v1 as pb;
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
+    let grantor: Arc<dyn Grantor> = local_grantor(&policy, signer);
+    // The previous run, its wall clock a day ahead, used ids far above today's.
+    let ahead = SystemTimeIds::now() + 86_400 * 1_000_000_000;
+    let previous = pb::AcquireRequest {
+        holder_id: "gw-1".into(),
+        policy_id: "api".into(),
+        key: "api:tenant=acme".into(),
+        want_credit: 1,
+        request_id: ahead,
+        ..Default::default()
+    };
+    grantor.acquire(previous).await.unwrap();
+    let a = agent("gw-1", grantor, &policy);
+    let started = Instant::now();
+    while !admit(&a, "acme") {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the restarted agent was not served"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.stop.send(true).unwrap();
+    let counters = a.task.await.unwrap();
+    assert!(
+        counters.acquires >= 2,
+        "the first acquire was refused as stale: {counters:?}"
+    );
+}
+
+/// Request ids as an agent without a state file starts them: the wall clock in ns.
+struct SystemTimeIds;
+
+impl SystemTimeIds {
+    fn now() -> u64 {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        u64::try_from(since_epoch.as_nanos()).unwrap()
+    }
+}

@@ -30,6 +30,10 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// answers UNAVAILABLE, so the caller can retry there.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
 
+/// Metadata key on a lease request refused as stale: the highest request id the grantor
+/// has seen from the holder for that key, so the holder can continue above it.
+pub const LAST_REQUEST_ID_METADATA_KEY: &str = "leasehold-last-request-id";
+
 pub mod transport;
 
 /// Leasehold's own protocols.

@@ -3,7 +3,7 @@
 use super::wire::{deny_to_pb, lease_to_pb};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::PolicyParams;
-use leasehold_common::ledger::{Acquire, Command, Ledger, Outcome, Release, Report};
+use leasehold_common::ledger::{Acquire, Command, Ledger, LedgerError, Outcome, Release, Report};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
 use leasehold_proto::leasehold::v1 as pb;
@@ -27,6 +27,10 @@ pub enum GrantorError {
     Unreachable(String),
     #[error("refused ({code:?}): {message}")]
     Refused { code: tonic::Code, message: String },
+    /// The request id is not above the last one the grantor saw from this holder for the
+    /// key (a restarted holder whose wall clock stepped back): nothing was applied.
+    #[error("request id is stale; the grantor has seen {last}")]
+    StaleRequest { last: u64 },
 }
 
 /// The lease protocol as a holder uses it.
@@ -112,10 +116,34 @@ impl LocalGrantor {
     }
 }
 
-fn refused(e: impl std::fmt::Display) -> GrantorError {
-    GrantorError::Refused {
-        code: tonic::Code::FailedPrecondition,
-        message: e.to_string(),
+fn refused(e: impl Into<Refusal>) -> GrantorError {
+    match e.into() {
+        Refusal::Ledger(LedgerError::StaleRequest { last, .. }) => {
+            GrantorError::StaleRequest { last }
+        }
+        Refusal::Ledger(e) => refused(Refusal::Other(e.to_string())),
+        Refusal::Other(message) => GrantorError::Refused {
+            code: tonic::Code::FailedPrecondition,
+            message,
+        },
+    }
+}
+
+/// Why the in-process ledger refused a request.
+enum Refusal {
+    Ledger(LedgerError),
+    Other(String),
+}
+
+impl From<LedgerError> for Refusal {
+    fn from(e: LedgerError) -> Self {
+        Refusal::Ledger(e)
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::Other(message)
     }
 }
 
@@ -275,10 +303,17 @@ impl RemoteGrantor {
                     last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
                 }
                 Err(s) => {
-                    return Err(GrantorError::Refused {
-                        code: s.code(),
-                        message: s.message().to_string(),
-                    })
+                    let last = s
+                        .metadata()
+                        .get(leasehold_proto::LAST_REQUEST_ID_METADATA_KEY)
+                        .and_then(|v| v.to_str().ok()?.parse().ok());
+                    return Err(match last {
+                        Some(last) => GrantorError::StaleRequest { last },
+                        None => GrantorError::Refused {
+                            code: s.code(),
+                            message: s.message().to_string(),
+                        },
+                    });
                 }
             }
         }

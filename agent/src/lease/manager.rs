@@ -178,6 +178,9 @@ pub struct LeaseManager {
     pub(super) store: Option<Arc<dyn LeaseStore>>,
     /// End of the request ids reserved on disk (unbounded without a store).
     pub(super) request_ids_end: u64,
+    /// Highest request id a grantor refused as stale said it had seen; the next round
+    /// continues above it.
+    pub(super) ids_floor: u64,
     /// Leases closed here but still recorded in the store.
     pub(super) forget: Vec<u64>,
     /// Leases of a previous run not yet released (grantor unreachable), with their marks.
@@ -209,6 +212,7 @@ impl LeaseManager {
             next_request: request_ids_start(),
             store: None,
             request_ids_end: u64::MAX,
+            ids_floor: 0,
             forget: Vec::new(),
             orphans: BTreeMap::new(),
             engine: None,
@@ -298,6 +302,14 @@ impl LeaseManager {
         // release of a lease its key held before the engine dropped it and the release of a
         // refused lease; per held lease a report plus the release and restart of a
         // replacement.
+        if self.ids_floor > self.next_request {
+            tracing::info!(
+                from = self.next_request,
+                to = self.ids_floor,
+                "request ids continue above those the grantor has seen"
+            );
+            self.next_request = self.ids_floor;
+        }
         let ids = 3 * self.waiting.len() + 3 * self.held.len() + self.orphans.len();
         if !self.reserve_request_ids(ids as u64).await {
             return;
@@ -374,6 +386,11 @@ impl LeaseManager {
                 self.counters.unreachable += 1;
                 req.slot.set_state(SlotState::Unreachable);
                 self.waiting.push((req, retry_at));
+            }
+            Err(GrantorError::StaleRequest { last }) => {
+                // Nothing was applied: ask again next round with an id above the last seen.
+                self.continue_above(last);
+                self.waiting.push((req, sent_at));
             }
             Err(GrantorError::Refused { code, message }) => {
                 tracing::warn!(policy = %req.policy_id, key = %req.key, ?code, %message, "lease refused");

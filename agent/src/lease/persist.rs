@@ -184,7 +184,18 @@ impl LeaseManager {
                 Err(GrantorError::Unreachable(_)) => {
                     self.orphans.insert(lease_id, final_used);
                 }
+                Err(GrantorError::StaleRequest { last }) => {
+                    self.continue_above(last);
+                    self.orphans.insert(lease_id, final_used);
+                }
             }
         }
+    }
+
+    /// The grantor has seen request ids up to `last` from this holder (a previous run whose
+    /// wall clock was ahead): the next round continues above them, once it has reserved
+    /// them on disk like every id. The refused request is asked again then.
+    pub(super) fn continue_above(&mut self, last: u64) {
+        self.ids_floor = self.ids_floor.max(last);
     }
 }

@@ -109,6 +109,8 @@ impl LeaseManager {
                 self.counters.unreachable += 1;
                 self.held[&k].slot.set_state(SlotState::Unreachable);
             }
+            // Nothing was applied; the report goes again next round with a higher id.
+            Err(GrantorError::StaleRequest { last }) => self.continue_above(last),
             Err(GrantorError::Refused { .. }) => {
                 // Closed, expired or revoked at the grantor: stop spending it; a later
                 // request for the key asks for a new lease.
@@ -178,6 +180,10 @@ impl LeaseManager {
                 self.forget.push(h.lease_id);
             }
             Err(GrantorError::Refused { .. }) => self.forget.push(h.lease_id),
+            Err(GrantorError::StaleRequest { last }) => {
+                self.continue_above(last);
+                self.orphans.insert(h.lease_id, final_used);
+            }
             // Asked again every step; its record stays in the store until then, so a
             // restart in between releases it with its mark.
             Err(GrantorError::Unreachable(_)) => {

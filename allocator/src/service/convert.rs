@@ -45,6 +45,8 @@ pub fn emergency_from_pb(e: &pb::EmergencySwitch) -> Result<Emergency, Status> {
     })
 }
 
+use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
+
 pub fn ledger_status(e: &LedgerError) -> Status {
     let code = match e {
         LedgerError::UnknownPolicy(_)
@@ -57,7 +59,17 @@ pub fn ledger_status(e: &LedgerError) -> Status {
         LedgerError::LimitReached { .. } => Code::ResourceExhausted,
         _ => Code::InvalidArgument,
     };
-    Status::new(code, e.to_string())
+    let mut status = Status::new(code, e.to_string());
+    if let LedgerError::StaleRequest { last, .. } = e {
+        // A restarted holder whose request ids start lower than its previous run's (its wall
+        // clock stepped back) continues above the last one seen, at once.
+        if let Ok(v) = last.to_string().parse() {
+            status
+                .metadata_mut()
+                .insert(LAST_REQUEST_ID_METADATA_KEY, v);
+        }
+    }
+    status
 }
 
 pub fn admin_status(e: &AdminError) -> Status {

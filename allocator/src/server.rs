@@ -297,7 +297,8 @@ async fn bootstrap(cfg: &AllocatorConfig, node: &RaftNode<AllocatorState>) {
     let Some(first) = cfg.bootstrap.iter().map(|m| m.id).min() else {
         return;
     };
-    if first != cfg.node_id {
+    // A restarted node already holds the membership; asking again only earns a refusal.
+    if first != cfg.node_id || node.is_initialized().await {
         return;
     }
     let members: BTreeMap<u64, String> = cfg

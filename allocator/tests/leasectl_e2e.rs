@@ -343,8 +343,14 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
         "json",
     ]));
 
+    // Asked of any node, the status comes from the leader, which sees replication.
     let status = json(&admin(&["cluster", "status", "-o", "json"]));
     assert_eq!(status["members"].as_array().unwrap().len(), 3);
+    assert_eq!(status["node_id"], status["leader_id"], "{status}");
+    for m in status["members"].as_array().unwrap() {
+        assert_eq!(m["healthy"], true, "{status}");
+        assert!(m["matched_index"].as_u64() > Some(0), "{status}");
+    }
     let audit = json(&admin(&["audit", "tail", "-n", "50", "-o", "json"]));
     let entries = audit.as_array().unwrap();
     assert!(entries.len() >= 8, "{audit}");

@@ -226,10 +226,12 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 async fn run() -> Result<()> {
     let (file, flags) = Args::parse().split();
+    // Colour codes only for a terminal: a log file or collector gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
     let policies = load_policies(&cfg)?;

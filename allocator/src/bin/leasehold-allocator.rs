@@ -37,10 +37,18 @@ struct Args {
     log_json: bool,
 }
 
+/// The log filter when `RUST_LOG` is unset.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
+
 fn init_tracing(json: bool) {
+    // openraft logs whole states at INFO, on many lines; its warnings and errors are kept.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    // Colour codes only for a terminal: a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     if json {
         builder.json().init();
     } else {

@@ -106,6 +106,8 @@ struct Inner<M: Machine> {
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     peers: Arc<PeerTracker>,
+    /// Set once the node has stopped; every caller of `shutdown` waits for the first one.
+    stopped: tokio::sync::OnceCell<()>,
 }
 
 impl<M: Machine> RaftNode<M> {
@@ -218,6 +220,7 @@ impl<M: Machine> RaftNode<M> {
                 stop,
                 tasks: Mutex::new(tasks),
                 peers,
+                stopped: tokio::sync::OnceCell::new(),
             }),
         };
         let on_signal = node.clone();
@@ -246,6 +249,13 @@ impl<M: Machine> RaftNode<M> {
 
     /// Bootstraps a new cluster with `members` (id → Raft address) as its voters. Call it on
     /// one node of a cluster that never had a membership.
+    /// Whether this node's storage already holds a membership (it was initialised, or it
+    /// joined a cluster), so that initialising again would be refused.
+    pub async fn is_initialized(&self) -> bool {
+        // A fatal error here means the node is stopping; initialising would fail too.
+        self.inner.raft.is_initialized().await.unwrap_or(true)
+    }
+
     pub async fn initialize(&self, members: BTreeMap<u64, String>) -> Result<(), NodeError> {
         let members: BTreeMap<u64, NodeAddr> = members
             .into_iter()
@@ -376,8 +386,13 @@ impl<M: Machine> RaftNode<M> {
     }
 
     /// Stops the proposer (queued proposals fail as unavailable), the Raft core and the Raft
-    /// endpoint. Idempotent.
+    /// endpoint. Idempotent: a second caller (the shutdown signal and the binary both ask)
+    /// waits for the first to finish.
     pub async fn shutdown(&self) {
+        self.inner.stopped.get_or_init(|| self.stop_once()).await;
+    }
+
+    async fn stop_once(&self) {
         self.inner.stop.send_replace(true);
         if let Err(e) = self.inner.raft.shutdown().await {
             tracing::warn!(node_id = self.node_id(), error = %e, "raft core ended abnormally");

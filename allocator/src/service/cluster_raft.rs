@@ -87,6 +87,17 @@ impl ClusterControl for RaftCluster {
     fn status(&self) -> BoxFuture<'_, Result<pb::ClusterStatusResponse, Status>> {
         Box::pin(async move {
             let m = self.node()?.metrics();
+            // Only the leader sees replication: a follower that knows the leader sends the
+            // caller there (leasectl follows), rather than vouch for peers it cannot see.
+            // With no leader known, it answers with what it knows itself.
+            if let Some(leader) = m.leader_id.filter(|l| *l != m.node_id) {
+                return Err(crate::service::convert::replica_status(
+                    crate::replica::ReplicaError::NotLeader {
+                        leader_id: Some(leader),
+                        leader_addr: m.leader_addr.clone(),
+                    },
+                ));
+            }
             Ok(pb::ClusterStatusResponse {
                 cluster_id: self.cluster_id.clone(),
                 level: self.level.clone(),

@@ -177,6 +177,12 @@ async fn http_admit_answers_429_with_retry_after_and_ratelimit_fields() {
         bad.starts_with("HTTP/1.1 400") && bad.contains("polcy"),
         "{bad}"
     );
+    let huge = format!(
+        r#"{{"dimensions":[{{"domain":"edge","entries":{{"tenant":"{}"}}}}]}}"#,
+        "x".repeat(http::ADMIT_BODY_LEN_MAX)
+    );
+    let too_large = http_post(addr, "/v1/admit", &huge).await;
+    assert!(too_large.starts_with("HTTP/1.1 413"), "{too_large}");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .await

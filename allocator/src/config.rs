@@ -5,6 +5,10 @@
 //! the root.
 
 use leasehold_common::lease::LeaseVerifier;
+use leasehold_common::read::read_text_capped;
+
+/// Largest config file read, in bytes.
+pub const CONFIG_FILE_LEN_MAX: u64 = 1024 * 1024;
 use leasehold_common::ledger::Level;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -119,10 +123,11 @@ fn default_tick_ms() -> u64 {
 
 impl AllocatorConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            read_text_capped(path, CONFIG_FILE_LEN_MAX).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::from_yaml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.to_path_buf(),

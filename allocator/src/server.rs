@@ -43,19 +43,30 @@ pub enum ServerError {
     Node(String),
 }
 
+/// Creates `dir` (and its parents) readable by this user only: it holds the replicated
+/// state and the lease-signing key. An existing directory keeps its mode.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// Loads the cluster's lease-signing key, creating it (mode 0600) on first start.
 pub fn signing_key(path: &Path) -> Result<LeaseSigner, ServerError> {
     let err = |reason: String| ServerError::SigningKey {
         path: path.display().to_string(),
         reason,
     };
-    match std::fs::read(path) {
+    // A PKCS#8 Ed25519 key is under a hundred bytes; anything far larger is not one.
+    match leasehold_common::read::read_capped(path, 64 * 1024) {
         Ok(bytes) => LeaseSigner::from_pkcs8(&bytes).map_err(|e| err(e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
                 .map_err(|e| err(e.to_string()))?;
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+                private_dir(dir).map_err(|e| err(e.to_string()))?;
             }
             write_private(path, signer.to_pkcs8()).map_err(|e| err(e.to_string()))?;
             Ok(signer)
@@ -122,7 +133,7 @@ pub async fn run(
     cfg: AllocatorConfig,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
-    std::fs::create_dir_all(&cfg.data_dir)
+    private_dir(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
     let signer = Arc::new(signing_key(&cfg.signing_key)?);
     tracing::info!(

@@ -193,3 +193,39 @@ async fn budget_split_shows_in_the_tree_and_every_change_is_audited() {
     }
     assert!(entries[0].before.is_empty() && entries[0].after.contains("id: api"));
 }
+
+/// A tail longer than one page is the newest entries, in order, every one of them.
+#[tokio::test]
+async fn a_long_audit_tail_is_the_newest_entries_in_order() {
+    let c = start().await;
+    let mut admin = c.admin();
+    for units in 1..=300 {
+        let yaml = POLICY.replace("units: 100", &format!("units: {units}"));
+        admin
+            .apply_policy(pb::ApplyPolicyRequest {
+                yaml,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let tail = |limit| {
+        let mut admin = c.admin();
+        async move {
+            admin
+                .tail_audit(pb::TailAuditRequest {
+                    limit,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .map(|e| e.unwrap().seq)
+                .collect::<Vec<u64>>()
+                .await
+        }
+    };
+    let newest = tail(290).await;
+    assert_eq!(newest, (11..=300).collect::<Vec<u64>>());
+    assert_eq!(tail(3).await, vec![298, 299, 300]);
+}

@@ -11,4 +11,5 @@ pub mod lease;
 pub mod ledger;
 pub mod policy;
 pub mod rate;
+pub mod read;
 pub mod time;

@@ -90,12 +90,19 @@ pub fn router_with_readiness(engine: Arc<Engine>, clock: SystemClock, ready: Rea
         }
     };
     Router::new()
-        .route("/v1/admit", post(admit))
+        .route(
+            "/v1/admit",
+            post(admit).layer(axum::extract::DefaultBodyLimit::max(ADMIT_BODY_LEN_MAX)),
+        )
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(Http { engine, clock })
 }
+
+/// Largest `/v1/admit` body accepted, in bytes; a larger one is answered 413. A decision's
+/// dimensions and entries fit in far less.
+pub const ADMIT_BODY_LEN_MAX: usize = 64 * 1024;
 
 fn bad(message: String) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({"error": message}))).into_response()
@@ -107,7 +114,16 @@ async fn admit(
 ) -> Response {
     let body = match body {
         Ok(Json(b)) => b,
-        Err(e) => return bad(format!("request body: {}", e.body_text())),
+        // 413 for a body over the limit and 415 for a wrong content type, as the rejection
+        // says; any other body that is not the request is a plain 400.
+        Err(e) => {
+            let message = format!("request body: {}", e.body_text());
+            let status = match e.status() {
+                s @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => s,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return (status, Json(json!({ "error": message }))).into_response();
+        }
     };
     let decision = RULES.with_dimensions(&body.dimensions, |dims| {
         let mut req = AdmitRequest::new(dims);

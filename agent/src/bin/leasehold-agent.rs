@@ -21,8 +21,9 @@ use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
-use leasehold_common::policy::envoy::EnvoyConfig;
-use leasehold_common::policy::Policy;
+use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
+use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
+use leasehold_common::read::read_text_capped;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
@@ -138,8 +139,8 @@ impl Args {
 fn load_policies(cfg: &AgentConfig) -> Result<Vec<Policy>> {
     let mut policies = Vec::with_capacity(cfg.policies.len());
     for p in &cfg.policies {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let text = read_text_capped(p, POLICY_YAML_LEN_MAX as u64)
+            .with_context(|| format!("reading {}", p.display()))?;
         policies
             .push(Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?);
     }
@@ -150,8 +151,8 @@ fn load_envoy(cfg: &AgentConfig) -> Result<EnvoyConfig> {
     Ok(match &cfg.ratelimit_config {
         Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = read_text_capped(p, ENVOY_FILE_LEN_MAX as u64)
+                .with_context(|| format!("reading {}", p.display()))?;
             EnvoyConfig::from_yaml(&p.display().to_string(), &text)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
         }

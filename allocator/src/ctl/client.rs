@@ -45,7 +45,7 @@ fn default_config_path() -> Option<PathBuf> {
 }
 
 fn read_file_config(path: &Path, explicit: bool) -> Result<FileConfig, CtlError> {
-    match std::fs::read_to_string(path) {
+    match leasehold_common::read::read_text_capped(path, CONFIG_FILE_LEN_MAX) {
         Ok(text) => serde_norway::from_str(&text)
             .map_err(|e| CtlError::Config(format!("{}: {e}", path.display()))),
         Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
@@ -109,8 +109,11 @@ impl Settings {
     }
 }
 
+/// Largest leasectl config file, CA, certificate or key read, in bytes.
+const CONFIG_FILE_LEN_MAX: u64 = 1024 * 1024;
+
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, CtlError> {
-    std::fs::read(path)
+    leasehold_common::read::read_capped(path, CONFIG_FILE_LEN_MAX)
         .map_err(|e| CtlError::Config(format!("cannot read {what} {}: {e}", path.display())))
 }
 
@@ -143,19 +146,29 @@ pub async fn connect(settings: &Settings, addr: &str) -> Result<Channel, CtlErro
         .map_err(|e| CtlError::Connect(format!("{addr}: {e}")))
 }
 
-/// An admin client that follows one leader redirect.
+/// An admin client that follows leader redirects. It connects on its first call, so a
+/// command checks its own input (files, flags) before it needs a server.
 pub struct Admin {
     settings: Settings,
-    client: AdminServiceClient<Channel>,
+    client: Option<AdminServiceClient<Channel>>,
 }
 
 impl Admin {
-    pub async fn connect(settings: Settings) -> Result<Admin, CtlError> {
-        let channel = connect(&settings, &settings.server).await?;
-        Ok(Admin {
+    pub fn new(settings: Settings) -> Admin {
+        Admin {
             settings,
-            client: AdminServiceClient::new(channel),
-        })
+            client: None,
+        }
+    }
+
+    async fn client(&mut self) -> Result<AdminServiceClient<Channel>, CtlError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let channel = connect(&self.settings, &self.settings.server).await?;
+        let client = AdminServiceClient::new(channel);
+        self.client = Some(client.clone());
+        Ok(client)
     }
 
     /// Runs `call`; while the node answers that another node leads, reconnects there and
@@ -167,7 +180,7 @@ impl Admin {
     {
         let mut redirects = 0;
         loop {
-            let status = match call(self.client.clone()).await {
+            let status = match call(self.client().await?).await {
                 Ok(resp) => return Ok(resp.into_inner()),
                 Err(status) => status,
             };
@@ -182,7 +195,7 @@ impl Admin {
             }
             redirects += 1;
             let channel = connect(&self.settings, &leader).await?;
-            self.client = AdminServiceClient::new(channel);
+            self.client = Some(AdminServiceClient::new(channel));
         }
     }
 }

@@ -7,7 +7,7 @@
 //! does not leave the first nine applied and the rest not.
 
 use super::error::CtlError;
-use leasehold_common::policy::Policy;
+use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -22,16 +22,24 @@ pub struct Document {
 
 /// The text of `path`, or of standard input for `-`.
 pub fn read_document(path: &Path) -> Result<String, CtlError> {
-    let mut text = String::new();
+    // A document larger than the allocator accepts is refused before it is sent.
+    let max = POLICY_YAML_LEN_MAX as u64;
     if path == Path::new("-") {
+        let mut bytes = Vec::new();
         std::io::stdin()
-            .read_to_string(&mut text)
+            .take(max + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| CtlError::Input(format!("cannot read standard input: {e}")))?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))?;
+        if bytes.len() as u64 > max {
+            return Err(CtlError::Input(format!(
+                "standard input is larger than {max} bytes"
+            )));
+        }
+        return String::from_utf8(bytes)
+            .map_err(|_| CtlError::Input("standard input is not UTF-8 text".into()));
     }
-    Ok(text)
+    leasehold_common::read::read_text_capped(path, max)
+        .map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))
 }
 
 /// The documents of a directory, by file name, each checked, no policy id given twice.

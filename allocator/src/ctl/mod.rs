@@ -48,7 +48,7 @@ async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
         return certs::run(c).map(Some);
     }
     let settings = Settings::resolve(&cli.conn)?;
-    let mut admin = Admin::connect(settings).await?;
+    let mut admin = Admin::new(settings);
     let out = match cli.command {
         Command::Policy(c) => policy::run(&mut admin, c).await?,
         Command::Budget(c) => budget::run(&mut admin, c).await?,

@@ -277,7 +277,9 @@ pub(super) fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, EnvoyError> 
                 max: ENVOY_FILE_LEN_MAX,
             });
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+        // The size above can be zero for a device or a pipe: the read is bounded too.
+        let text = crate::read::read_text_capped(&path, ENVOY_FILE_LEN_MAX as u64)
+            .map_err(|e| io(&path, e))?;
         texts.push((name, text));
     }
     Ok(texts)

@@ -373,5 +373,53 @@ fn leasectl_administers_a_tls_cluster_from_the_binaries() {
         dir.join("missing.yaml").to_str().unwrap(),
     ]);
     assert_eq!(bad.status.code(), Some(6));
+    exit_codes_name_what_failed(dir, &server);
     drop(nodes);
+}
+
+/// A hostile value is refused by name without echoing all of it, and a connection the
+/// server's TLS refuses exits as unreachable.
+fn exit_codes_name_what_failed(dir: &Path, server: &str) {
+    let long_id = "x".repeat(20_000);
+    let out = ctl(dir, server, "admin-ops", &["policy", "get", &long_id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.len() < 4_096, "{} bytes of error", err.len());
+
+    let other = dir.join("other");
+    let init = Command::new(LEASECTL)
+        .args(["certs", "init", "--out"])
+        .arg(&other)
+        .args(["--admins", "ops"])
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let mut stranger = Command::new(LEASECTL);
+    stranger
+        .env("HOME", dir)
+        .args(["--server", server, "--server-name", "localhost", "--ca"])
+        .arg(other.join("ca.pem"))
+        .arg("--cert")
+        .arg(other.join("admin-ops.pem"))
+        .arg("--key")
+        .arg(other.join("admin-ops-key.pem"))
+        .args(["policy", "ls"]);
+    let out = stranger.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "another CA: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plaintext = Command::new(LEASECTL)
+        .env("HOME", dir)
+        .args(["--server", server, "--insecure", "policy", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        plaintext.status.code(),
+        Some(5),
+        "plaintext against TLS: {}",
+        String::from_utf8_lossy(&plaintext.stderr)
+    );
 }

@@ -31,7 +31,19 @@ fn applied_before(applied: &[String]) -> String {
     }
 }
 
+/// Whether the call failed below gRPC: the connection, TLS or HTTP/2 rather than an answer.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal)
+        && std::error::Error::source(status).is_some()
+}
+
 fn describe(status: &tonic::Status) -> String {
+    if is_transport_failure(status) {
+        return format!(
+            "unreachable: {} (check the server address, --ca, --cert, --key and --server-name)",
+            status.message()
+        );
+    }
     let hint = match status.code() {
         tonic::Code::PermissionDenied => " (admin RPCs need an admin certificate)",
         tonic::Code::Unauthenticated => " (pass --ca, --cert and --key of an admin identity)",
@@ -64,6 +76,7 @@ impl CtlError {
             CtlError::Connect(_) => 5,
             CtlError::Output(_) => 1,
             CtlError::Partial { source, .. } => source.exit_code(),
+            CtlError::Rpc(s) if is_transport_failure(s) => 5,
             CtlError::Rpc(s) => match s.code() {
                 tonic::Code::NotFound => 3,
                 tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => 4,

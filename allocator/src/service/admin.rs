@@ -59,7 +59,10 @@ impl<R: Replica<AllocatorState>> AdminServer<R> {
         Fut: Future<Output = Result<A, Status>>,
     {
         let actor = admin_caller(&self.auth, &req)?;
-        call(actor, req.into_inner()).await.map(Response::new)
+        call(actor, req.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(super::convert::bounded_status)
     }
 
     /// Commits `cmd` and picks the answer out of its output; `answer` hands back an output

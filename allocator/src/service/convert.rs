@@ -47,6 +47,25 @@ pub fn emergency_from_pb(e: &pb::EmergencySwitch) -> Result<Emergency, Status> {
 
 use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
 
+/// Longest status message sent back, in bytes. A message echoing a hostile value (a 20 KB
+/// policy id) would otherwise not fit the response's header block.
+pub const STATUS_MESSAGE_LEN_MAX: usize = 1024;
+
+/// `status` with its message cut to [`STATUS_MESSAGE_LEN_MAX`] bytes (on a character
+/// boundary), metadata kept.
+pub fn bounded_status(status: Status) -> Status {
+    let message = status.message();
+    if message.len() <= STATUS_MESSAGE_LEN_MAX {
+        return status;
+    }
+    let mut cut = STATUS_MESSAGE_LEN_MAX;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let short = format!("{}… ({} bytes cut)", &message[..cut], message.len() - cut);
+    Status::with_metadata(status.code(), short, status.metadata().clone())
+}
+
 pub fn ledger_status(e: &LedgerError) -> Status {
     let code = match e {
         LedgerError::UnknownPolicy(_)

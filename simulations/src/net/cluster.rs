@@ -75,6 +75,19 @@ impl NodeSlots {
         self.lock().get(&index).cloned()
     }
 
+    /// `f` of the node of every host in `up`.
+    pub fn each_up<R>(
+        &self,
+        up: impl Fn(usize) -> bool,
+        f: impl Fn(&RaftNode<AllocatorState>) -> R,
+    ) -> Vec<R> {
+        self.lock()
+            .iter()
+            .filter(|(i, _)| up(**i))
+            .map(|(_, n)| f(n))
+            .collect()
+    }
+
     /// Metrics of the hosts in `up`.
     pub fn metrics(&self, up: impl Fn(usize) -> bool) -> Vec<(usize, NodeMetrics)> {
         self.lock()

@@ -27,7 +27,7 @@ use leasehold_allocator::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_common::policy::Policy;
-use leasehold_common::time::{Clock, TokioClock};
+use leasehold_common::time::{Clock, Nanos, TokioClock};
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{AuthMode, PeerIdentity, Role};
@@ -87,10 +87,13 @@ pub async fn allocator(
     replica_out: Arc<Mutex<Option<LocalReplica<AllocatorState>>>>,
     signer: Arc<LeaseSigner>,
 ) -> HostResult {
-    let replica = LocalReplica::new(
-        AllocatorState::new(ledger_config(&cfg)),
-        Arc::new(TokioClock::new()),
-    );
+    // Windows are aligned to UNIX time on the ledger's timeline: a window policy's ledger
+    // needs the calendar, not a clock that starts at zero.
+    let clock: Arc<dyn Clock> = match cfg.window {
+        Some(_) => Arc::new(SimCalendarClock),
+        None => Arc::new(TokioClock::new()),
+    };
+    let replica = LocalReplica::new(AllocatorState::new(ledger_config(&cfg)), clock);
     let applied = replica
         .propose(StateCommand::ApplyPolicy {
             yaml: cfg.policy_yaml(),
@@ -118,6 +121,17 @@ pub async fn allocator(
         .serve_with_incoming(incoming(ALLOCATOR_PORT).await?)
         .await?;
     Ok(())
+}
+
+/// The simulation's calendar (its start instant plus simulated time), as a ledger clock.
+#[derive(Clone, Copy, Debug)]
+struct SimCalendarClock;
+
+impl Clock for SimCalendarClock {
+    fn now(&self) -> Nanos {
+        let since = turmoil::since_epoch().unwrap_or_default();
+        Nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
 }
 
 /// The single-node allocator's ledger: a root, with the run's key cap if it sets one.

@@ -14,8 +14,10 @@
 //! turmoil's own rng, seeded with the same seed. Optionally an admin host applies a new
 //! version of the policy mid-run through the allocator's admin service ([`rollout`]). At
 //! the end every admission window is checked against `B + r·T` ([`check`]; per version
-//! around a rollout), and the leases each crashed agent left behind against what it
-//! admitted under them ([`settle`]).
+//! around a rollout) or, for a fixed window, sliding window or calendar policy
+//! ([`windows`]), every window against its limit on the grantor's timeline
+//! ([`window_check`], [`timeline`]); and the leases each crashed agent left behind against
+//! what it admitted under them ([`settle`]).
 //!
 //! What replays exactly and what does not is described in `docs/simulations.md`.
 
@@ -36,8 +38,11 @@ mod run;
 pub mod settle;
 pub mod sockets;
 pub mod spray;
+pub mod timeline;
 pub mod transport;
 mod validate;
+pub mod window_check;
+pub mod windows;
 
 pub use apply::{AppliedFault, LeaderTerm};
 pub use check::{check_admissions, Admission, TrafficLog};
@@ -47,10 +52,17 @@ pub use report::{GrantorBooks, NetReport};
 pub use rollout::{RolloutCheck, RolloutSpec};
 pub use run::{plan, run};
 pub use settle::Settlement;
+pub use window_check::{WindowCheck, WindowCount};
+pub use windows::Window;
 
 use leasehold_common::policy::FailureMode;
 use leasehold_common::rate::Rate;
 
+/// The calendar instant runs start at unless configured otherwise (2026-01-01T00:00:00Z),
+/// in seconds since the UNIX epoch; fixed so that no run depends on when it was started.
+pub const START_UNIX_S_DEFAULT: u64 = 1_767_225_600;
+/// The latest calendar instant a run may start at (2100-01-01T00:00:00Z).
+pub const START_UNIX_S_MAX: u64 = 4_102_444_800;
 /// Most agent hosts in one run.
 pub const AGENTS_MAX: usize = 160;
 /// Longest run, in milliseconds of simulated time.
@@ -94,9 +106,16 @@ pub struct NetConfig {
     /// Simulated time the run lasts, in milliseconds.
     pub duration_ms: u64,
     pub policy_id: String,
-    /// The policy's rate `r`, in units per second, and its burst `B`, in units.
+    /// The policy's rate `r`, in units per second, and its burst `B`, in units (a token
+    /// bucket; unused when the policy has a `window`).
     pub rate_per_s: u64,
     pub burst: u64,
+    /// A fixed window, sliding window or calendar budget instead of the token bucket; its
+    /// bound is checked per window on the grantor's timeline ([`window_check`]).
+    pub window: Option<Window>,
+    /// The calendar instant the run starts at, in seconds since the UNIX epoch: where
+    /// every host's calendar and a new cluster's timeline begin.
+    pub start_unix_s: u64,
     pub lease_ttl_ms: u64,
     /// How far ahead a holder asks for credit: its lease covers its demand over this long.
     pub refresh_horizon_ms: u64,
@@ -120,6 +139,10 @@ pub struct NetConfig {
     /// Allocator hosts: 1 serves a single-node replica; more run a Raft cluster, and its
     /// faults (leader crashes, an allocator cut off from its peers) are drawn too.
     pub cluster: usize,
+    /// Whether a Raft cluster's faults (leader crashes, an allocator cut off from its peers)
+    /// are drawn with the others; a scenario that scripts its own may turn them off, so
+    /// that a drawn restart cannot bring its crashed leader back before it was replaced.
+    pub draw_allocator_faults: bool,
     /// Raft heartbeat period, in milliseconds; elections time out after 5–10 of them.
     pub raft_heartbeat_ms: u64,
     /// When set, the allocator leading at this instant (ms) crashes, whatever the seed
@@ -197,6 +220,8 @@ impl NetConfig {
             policy_id: "api".into(),
             rate_per_s: 100,
             burst: 200,
+            window: None,
+            start_unix_s: START_UNIX_S_DEFAULT,
             lease_ttl_ms: 2_000,
             refresh_horizon_ms: 200,
             holder_refresh_horizon_ms: None,
@@ -208,6 +233,7 @@ impl NetConfig {
             latency_ms_max: 300,
             outage_ms_max: 3_000,
             cluster: 1,
+            draw_allocator_faults: true,
             raft_heartbeat_ms: 100,
             leader_crash_at_ms: None,
             clock_step_ms_max: 0,
@@ -255,13 +281,16 @@ impl NetConfig {
         self.policy_yaml_with(self.rate_per_s, self.burst)
     }
 
-    /// The run's policy with rate `rate_per_s` and burst `burst`; the rest is the same.
+    /// The run's policy with rate `rate_per_s` and burst `burst`; the rest is the same. A
+    /// window policy has its window instead.
     pub fn policy_yaml_with(&self, rate_per_s: u64, burst: u64) -> String {
+        let budget = match &self.window {
+            Some(w) => w.policy_yaml(),
+            None => format!("rate: {{units: {rate_per_s}, per: 1s}}\nburst: {burst}\n"),
+        };
         format!(
-            "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\nrate: {{units: {}, per: 1s}}\nburst: {}\nscope: global\nlease: {{ttl: {}ms, refresh_horizon: {}ms, reserve_fraction: 0}}\n{}",
+            "id: {}\ndimensions: [{{name: tenant}}]\nkey: [tenant]\n{budget}scope: global\nlease: {{ttl: {}ms, refresh_horizon: {}ms, reserve_fraction: 0}}\n{}",
             self.policy_id,
-            rate_per_s,
-            burst,
             self.lease_ttl_ms,
             self.refresh_horizon_ms,
             self.failure_yaml()

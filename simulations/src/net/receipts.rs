@@ -65,6 +65,17 @@ impl LeaseReceipts {
             .collect()
     }
 
+    /// Per agent of `agents`: when it received each lease version, in time order.
+    pub fn received_ns(&self, agents: usize) -> Vec<Vec<u64>> {
+        (0..agents as u32)
+            .map(|a| {
+                let mut at: Vec<u64> = self.versions(a).iter().map(|v| v.received_ns).collect();
+                at.sort_unstable();
+                at
+            })
+            .collect()
+    }
+
     /// Calls the agents made to their grantor so far.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)

@@ -31,8 +31,12 @@ pub struct NetReport {
     /// Requests offered in total (admitted or not).
     pub offered: u64,
     /// `B + r·T` for the whole run: the most the run may admit (under the first version;
-    /// a rollout's bounds are in [`NetReport::rollout`]).
+    /// a rollout's bounds are in [`NetReport::rollout`]); for a window policy, the limit of
+    /// every window the run touched.
     pub admitted_max: u64,
+    /// A window policy's check, per window on the grantor's timeline; `bound` then holds
+    /// its totals.
+    pub windows: Option<super::WindowCheck>,
     /// Whether the allocator's ledger accounts for every unit at the end (on every running
     /// node of a cluster).
     pub ledger_conserved: bool,
@@ -54,6 +58,8 @@ pub struct NetReport {
     pub grantor: Option<GrantorBooks>,
     /// Calls the agents made to their grantor (acquire, report, release).
     pub grantor_calls: u64,
+    /// Per agent: when it received each lease version (a grant or a renewal), in order.
+    pub lease_versions_received_ns: Vec<Vec<u64>>,
     /// At each leader crash: when (ms), and how many agent calls were on the wire.
     pub leader_crash_in_flight: Vec<(u64, u64)>,
     /// What sprayed requests did, when the run has an attacker.
@@ -70,6 +76,8 @@ pub struct NetReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrantorBooks {
     pub figures: LedgerFigures,
+    /// Window credit that lapsed: free when its window ended, or handed back after it.
+    pub lapsed: u64,
     pub keys: usize,
     pub keys_max: usize,
     /// Leases on the books, closing ones included: what `leases_max` caps.
@@ -83,6 +91,11 @@ impl GrantorBooks {
         let limits = &ledger.config().limits;
         GrantorBooks {
             figures: ledger_figures(ledger).remove(policy_id).unwrap_or_default(),
+            lapsed: ledger
+                .accounts()
+                .filter(|(_, a)| a.policy_id == policy_id)
+                .map(|(_, a)| a.stats.lapsed)
+                .sum(),
             keys: ledger.accounts().count(),
             keys_max: limits.keys_max,
             leases: ledger.leases().count(),

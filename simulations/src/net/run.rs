@@ -14,6 +14,8 @@ use super::region::{self, REGION_HOST};
 use super::rollout::{self, RolloutShared, ADMIN_HOST};
 use super::settle::{self, Books, CrashLedger};
 use super::sockets;
+use super::timeline::{grantor_now_ns, Timeline};
+use super::window_check::check_windows;
 use super::{GrantorBooks, NetConfig, NetError, NetReport};
 use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::state::AllocatorState;
@@ -24,9 +26,6 @@ use std::time::Duration;
 
 /// Separates the fault schedule's rng stream from turmoil's, which gets the seed itself.
 const SCHEDULE_SALT: u64 = 0x6e65_745f_6661_756c;
-/// The calendar instant the simulation starts at (2026-01-01T00:00:00Z), in seconds since
-/// the UNIX epoch; fixed so that no run depends on when it was started.
-const EPOCH_S: u64 = 1_767_225_600;
 /// turmoil's step, in milliseconds of simulated time.
 const TICK_MS: u64 = 1;
 /// turmoil's default TCP capacity: connections queued at a listener, and segments queued
@@ -67,7 +66,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     sockets::reset();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
-        .epoch(std::time::UNIX_EPOCH + Duration::from_secs(EPOCH_S))
+        .epoch(std::time::UNIX_EPOCH + Duration::from_secs(cfg.start_unix_s))
         .tick_duration(Duration::from_millis(TICK_MS))
         .simulation_duration(Duration::from_millis(cfg.duration_ms + QUIET_MS))
         .min_message_latency(Duration::from_millis(1))
@@ -114,6 +113,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
     let mut crashes = CrashLedger::default();
     let mut in_flight_at_crash = Vec::new();
     let mut grantor_keys_peak = 0;
+    let mut timeline = Timeline::default();
     let mut next = 0;
     loop {
         let now_ms = sim.elapsed().as_millis() as u64;
@@ -134,6 +134,13 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
             next += 1;
         }
         sim.step().map_err(|e| failed(now_ms, e.to_string()))?;
+        if cfg.window.is_some() {
+            // Stamped by the end of this step, whichever host applied it when within it.
+            let stepped_ns = (now_ms + TICK_MS) * 1_000_000;
+            if let Some(v) = grantor_now_ns(&books, |i| world.allocator_up(i)) {
+                timeline.observe(stepped_ns, v);
+            }
+        }
         follow_crashed_leases(&books, &mut crashes, &world, cfg.region);
         if now_ms.is_multiple_of(KEYS_SAMPLE_EVERY_MS) {
             let keys = read_books(&books, &world, cfg.region, |l| l.accounts().count());
@@ -182,9 +189,19 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
             &agents.receipts,
         )
     });
-    let bound = match &rollout {
-        Some(r) => r.check.total(),
-        None => check_admissions(&admissions, cfg.rate(), cfg.burst),
+    let windows = cfg.window.as_ref().map(|w| {
+        let start_unix_ns = cfg.start_unix_s * 1_000_000_000;
+        let duration_ns = cfg.duration_ms * 1_000_000;
+        check_windows(&admissions, timeline, w, start_unix_ns, duration_ns)
+    });
+    let bound = match (&rollout, &windows) {
+        (Some(r), _) => r.check.total(),
+        (None, Some(w)) => w.bound(),
+        (None, None) => check_admissions(&admissions, cfg.rate(), cfg.burst),
+    };
+    let admitted_max = match &windows {
+        Some(w) => w.admitted_max(),
+        None => cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
     };
     Ok(NetReport {
         seed,
@@ -201,7 +218,8 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
             .map(|n| n.load(Ordering::SeqCst))
             .collect(),
         offered: traffic.offered,
-        admitted_max: cfg.burst + cfg.rate().units_in(cfg.duration_ms * 1_000_000),
+        admitted_max,
+        windows,
         ledger_conserved,
         uncharged,
         expiry,
@@ -209,6 +227,7 @@ pub fn run(seed: u64, cfg: &NetConfig) -> Result<NetReport, NetError> {
         miscounts,
         grantor,
         grantor_calls: agents.receipts.calls(),
+        lease_versions_received_ns: agents.receipts.received_ns(cfg.agents),
         leader_crash_in_flight: in_flight_at_crash,
         spray: traffic.spray,
         grantor_keys_peak,
@@ -427,7 +446,11 @@ fn fault_spec(cfg: &NetConfig) -> FaultSpec {
     FaultSpec {
         faults: cfg.faults,
         agents: cfg.agents,
-        allocators: cfg.cluster,
+        allocators: if cfg.draw_allocator_faults {
+            cfg.cluster
+        } else {
+            1
+        },
         start_ms: QUIET_MS,
         end_ms: cfg.duration_ms.saturating_sub(QUIET_MS),
         outage_ms_max: cfg.outage_ms_max,

@@ -5,7 +5,7 @@ use super::faults::{self, Action};
 use super::{clock, cluster, rollout, run, NetConfig, NetError};
 use super::{
     AGENTS_MAX, DURATION_MS_MAX, HOLDER_REFRESH_HORIZON_MS_MAX, OFFER_PER_ROUND_MAX,
-    REAL_PAUSE_EVERY_MS_MIN, REPORT_EVERY_MS_MAX,
+    REAL_PAUSE_EVERY_MS_MIN, REPORT_EVERY_MS_MAX, START_UNIX_S_MAX,
 };
 use leasehold_common::rate::Rate;
 
@@ -39,6 +39,7 @@ impl NetConfig {
         }
         self.validate_script()?;
         self.validate_spray()?;
+        self.validate_window()?;
         if !(1_000..=DURATION_MS_MAX).contains(&self.duration_ms) {
             return invalid(
                 "duration_ms",
@@ -125,6 +126,32 @@ impl NetConfig {
                 self.clock_step_ms_max,
                 "must be at most 600000",
             );
+        }
+        Ok(())
+    }
+
+    /// Refuses a window the ledger would not run, a start outside the calendar a run may
+    /// use, and a window beside what its check does not cover: a rollout (whose check is
+    /// per bucket version) or a region (whose own timeline would decide the agents' leases).
+    fn validate_window(&self) -> Result<(), NetError> {
+        if !(1..=START_UNIX_S_MAX).contains(&self.start_unix_s) {
+            return invalid(
+                "start_unix_s",
+                self.start_unix_s,
+                "must be from 1 to 4102444800 (2100-01-01)",
+            );
+        }
+        let Some(w) = &self.window else {
+            return Ok(());
+        };
+        if let Err((field, value, reason)) = w.validate() {
+            return invalid(field, value, reason);
+        }
+        if self.rollout.is_some() || self.rollout_drawn {
+            return invalid("window", 0, "a window policy's run has no rollout");
+        }
+        if self.region {
+            return invalid("window", 0, "a window policy's run has no region");
         }
         Ok(())
     }
@@ -303,5 +330,36 @@ mod tests {
             }),
             "grantor_keys_max"
         );
+    }
+
+    #[test]
+    fn windows_the_run_cannot_check_are_refused_by_name() {
+        let fixed = NetConfig {
+            window: Some(super::super::Window::Fixed {
+                window_ms: 10_000,
+                limit: 100,
+            }),
+            ..NetConfig::quick_cluster()
+        };
+        fixed.validate().unwrap();
+        assert!(fixed.policy_yaml().contains("algorithm: fixed_window"));
+        let short = NetConfig {
+            window: Some(super::super::Window::Fixed {
+                window_ms: 999,
+                limit: 100,
+            }),
+            ..fixed.clone()
+        };
+        assert_eq!(refused_field(short), "window.window_ms");
+        let region = NetConfig {
+            region: true,
+            ..fixed.clone()
+        };
+        assert_eq!(refused_field(region), "window");
+        let late = NetConfig {
+            start_unix_s: START_UNIX_S_MAX + 1,
+            ..fixed
+        };
+        assert_eq!(refused_field(late), "start_unix_s");
     }
 }

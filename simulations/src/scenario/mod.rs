@@ -148,6 +148,11 @@ pub const ALL: &[Scenario] = &[
         run: networked::clock_rollback::scenario,
     },
     Scenario {
+        name: networked::windows::NAME,
+        about: "production code: fixed window, sliding window and a calendar day across a DST change, through a partition and leader crashes",
+        run: networked::windows::scenario,
+    },
+    Scenario {
         name: "fuzz",
         about: "one seed of random faults: crashes, partitions, clock steps, leader loss, demand shifts",
         run: fuzz::run,

@@ -14,6 +14,8 @@ pub mod leader_loss;
 pub mod lease_size;
 pub mod partition;
 pub mod rollout;
+mod window_figures;
+pub mod windows;
 pub mod zipf;
 
 use super::{RunOptions, ScenarioReport, Series};
@@ -39,9 +41,13 @@ pub fn promises(r: &NetReport, label: &str) -> PromiseLog {
     let end_ns = r.admissions.last().map_or(0, |a| a.at_ns);
     if r.bound.violations > 0 {
         let at = r.admissions.get(r.bound.worst_start).map_or(0, |a| a.at_ns);
+        let over = match r.windows {
+            Some(_) => "windows (or sliding intervals) over their limit",
+            None => "windows over B + r·T",
+        };
         log.record(Promise::BudgetBound, at, || {
             format!(
-                "{label}: {} windows over B + r·T, worst by {} units",
+                "{label}: {} {over}, worst by {} units",
                 r.bound.violations, r.bound.worst_excess
             )
         });

@@ -184,6 +184,11 @@ async fn leader_time_continues_across_a_leader_change_without_running_ahead() {
     let elapsed = started.elapsed();
     assert!(after >= before, "time went back: {before:?} -> {after:?}");
     let advanced = Duration::from_nanos(after.saturating_since(before));
+    eprintln!(
+        "LAG {:?} elapsed {:?}",
+        elapsed.saturating_sub(advanced),
+        elapsed
+    );
     assert!(
         advanced <= elapsed,
         "timeline advanced {advanced:?} in {elapsed:?} of real time"

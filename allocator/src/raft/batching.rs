@@ -158,7 +158,7 @@ impl<M: Machine> Proposer<M> {
         };
         let stamp = self.clock.stamp(
             term,
-            self.shared.applied_time().anchor(),
+            self.shared.time_anchor(),
             self.time.mono_ns(),
             self.time.wall_unix_ns(),
         );

@@ -55,6 +55,8 @@ pub struct MachineSnapshot<M> {
 pub struct SharedMachine<M> {
     machine: RwLock<M>,
     applied: AppliedTime,
+    /// The furthest-projecting command this node appended to its log (see `raft::time`).
+    received: Arc<AppliedTime>,
 }
 
 impl<M: Machine> SharedMachine<M> {
@@ -63,6 +65,7 @@ impl<M: Machine> SharedMachine<M> {
         Self {
             machine: RwLock::new(machine),
             applied: AppliedTime::default(),
+            received: Arc::default(),
         }
     }
 
@@ -80,6 +83,17 @@ impl<M: Machine> SharedMachine<M> {
     /// Where the replicated time stood at the last applied command or restored snapshot.
     pub fn applied_time(&self) -> &AppliedTime {
         &self.applied
+    }
+
+    /// The furthest-projecting command time this node appended to its log.
+    pub fn received_time(&self) -> &Arc<AppliedTime> {
+        &self.received
+    }
+
+    /// The anchor a leader stamps from: the applied or the received one, whichever projects
+    /// further.
+    pub fn time_anchor(&self) -> Option<super::time::Anchor> {
+        super::time::furthest(self.applied.anchor(), self.received.anchor())
     }
 }
 

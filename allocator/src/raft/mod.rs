@@ -22,11 +22,13 @@
 //! real time only delays write-offs and refills, which is safe.
 //!
 //! So the leader never uses its wall clock once the timeline exists. Each node remembers the time
-//! of the last command it applied together with its monotonic clock reading at that moment; a
-//! leader stamps the larger of that time plus the monotonic time elapsed since, and its own
-//! previous stamp in the same term plus the elapsed time ([`time::LeaderClock`]). A new leader
-//! therefore continues from the replicated time at once (no stall of a lease length) and never
-//! jumps ahead; only the very first command of a cluster takes the wall clock (UNIX ns). The
+//! of the last command it applied, and of the newest command it appended to its log, each with
+//! its monotonic clock reading at that moment; a leader stamps the largest of those times plus
+//! the monotonic time elapsed since, and of its own previous stamp in the same term plus the
+//! elapsed time ([`time::LeaderClock`]). A new leader therefore continues from the replicated
+//! time at once (no stall of a lease length, and no loss of the election's duration: the
+//! commands it received before the old leader died were stamped about a replication delay
+//! before it appended them) and never jumps ahead; only the very first command of a cluster takes the wall clock (UNIX ns). The
 //! storage additionally floors each applied time at the largest one applied before, and
 //! snapshots carry the time, so a restored node knows where the timeline stands. After a full
 //! cluster restart the timeline resumes where it stopped and stays behind real time by the

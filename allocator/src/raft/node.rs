@@ -183,6 +183,11 @@ impl<M: Machine> RaftNode<M> {
                 source,
             })?
         };
+        let received = Arc::clone(shared.received_time());
+        let time = Arc::clone(&hooks.time);
+        let log = log.with_append_observer(Arc::new(move |leader_time_ns| {
+            received.record_furthest(leader_time_ns, time.mono_ns());
+        }));
         let network = NetworkFactory::new(config.node_id, hooks.transport.clone());
         let raft = Raft::new(config.node_id, raft_config, network, log, state_machine)
             .await

@@ -5,7 +5,15 @@
 //!
 //! - the **applied anchor**: the time of the last command this node applied, paired with the
 //!   monotonic reading taken when it was applied (which is never earlier than the moment the
-//!   command was stamped, so projecting from it lags real time slightly);
+//!   command was stamped, so projecting from it lags real time slightly); or, when it projects
+//!   further, the **received anchor**: the time of a command this node appended to its log,
+//!   paired with the reading taken when it was appended. A follower appends a command about a
+//!   replication delay after it was stamped, but applies it only once it learns the command is
+//!   committed, which after a leader's crash is when the next leader commits it, an election
+//!   later; projecting from the applied anchor alone would lose that election from the
+//!   timeline for good. A received command may still be truncated, but its stamp was a point
+//!   of the timeline no later than real time when it was made, so projecting from it cannot
+//!   run ahead of real time either;
 //! - the **stamp anchor**: this leader's own previous stamp in the current term, paired with the
 //!   monotonic reading taken when it was made (exact, so a steady leader's timeline keeps pace
 //!   with real time instead of losing one commit latency per command).
@@ -80,7 +88,18 @@ impl LeaderClock {
     }
 }
 
-/// The applied anchor of one node, written by the state machine and read by the proposer.
+/// Of two anchors, the one projecting further (they advance alike from their readings).
+pub fn furthest(a: Option<Anchor>, b: Option<Anchor>) -> Option<Anchor> {
+    let lead = |x: &Anchor| i128::from(x.timeline_ns) - i128::from(x.mono_ns);
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if lead(&b) > lead(&a) { b } else { a }),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// The applied (or received) anchor of one node, written by the state machine (or the log
+/// store) and read by the proposer.
 #[derive(Debug, Default)]
 pub struct AppliedTime {
     anchor: Mutex<Option<Anchor>>,
@@ -93,6 +112,16 @@ impl AppliedTime {
             timeline_ns,
             mono_ns,
         });
+    }
+
+    /// Records `timeline_ns` at `mono_ns` only if it projects further than the anchor held.
+    pub fn record_furthest(&self, timeline_ns: u64, mono_ns: u64) {
+        let mut held = self.lock();
+        let offered = Some(Anchor {
+            timeline_ns,
+            mono_ns,
+        });
+        *held = furthest(*held, offered);
     }
 
     /// The last recorded anchor; `None` until a command is applied or a snapshot restored.
@@ -203,5 +232,31 @@ mod tests {
         let b = clock.stamp(4, anchor(1_000, 0), 20, 0);
         assert!(b >= a, "{b} < {a}");
         assert_eq!(b, 5_020);
+    }
+
+    #[test]
+    fn a_new_leader_continues_from_what_it_received_not_only_from_what_it_applied() {
+        // The old leader stamped 10_000 at mono 0 and crashed; this follower appended that
+        // command at mono 5 but applies it only when it commits it itself, 1_200 later.
+        let received = AppliedTime::default();
+        received.record_furthest(10_000, 5);
+        let applied = anchor(10_000, 1_205);
+        let mut clock = LeaderClock::default();
+        let from = furthest(applied, received.anchor());
+        // 1_300 after the append: 1_295 of real time passed since the old stamp at least.
+        assert_eq!(clock.stamp(7, from, 1_305, 0), 11_300);
+        // Applied alone would have lost the election's 1_200 for good.
+        assert_eq!(LeaderClock::default().stamp(7, applied, 1_305, 0), 10_100);
+    }
+
+    #[test]
+    fn the_received_anchor_keeps_the_furthest_projection() {
+        let received = AppliedTime::default();
+        received.record_furthest(10_000, 100);
+        // A later append of an older stamp (a truncated leader's) projects less: ignored.
+        received.record_furthest(10_050, 500);
+        assert_eq!(received.anchor(), anchor(10_000, 100));
+        received.record_furthest(11_000, 600);
+        assert_eq!(received.anchor(), anchor(11_000, 600));
     }
 }

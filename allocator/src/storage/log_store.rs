@@ -49,12 +49,18 @@ impl Default for LogStoreLimits {
 pub struct LogStore {
     kv: Arc<dyn KvStore>,
     limits: LogStoreLimits,
+    /// Told the newest leader time among the commands of each append, once they are durable.
+    on_append: Option<AppendObserver>,
 }
+
+/// Called with the largest `leader_time_ns` of an append's commands.
+pub type AppendObserver = Arc<dyn Fn(u64) + Send + Sync>;
 
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogStore")
             .field("limits", &self.limits)
+            .field("on_append", &self.on_append.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -73,6 +79,13 @@ fn index_range<RB: RangeBounds<u64>>(range: &RB) -> KeyRange {
 
 impl LogStore {
     /// Opens the log over `kv`, finishing any purge that a crash interrupted.
+    /// Tells `observe` the newest leader time of each append once it is durable (the node's
+    /// received time anchor).
+    pub fn with_append_observer(mut self, observe: AppendObserver) -> Self {
+        self.on_append = Some(observe);
+        self
+    }
+
     pub fn open(kv: Arc<dyn KvStore>, limits: LogStoreLimits) -> Result<Self, StoreError> {
         if limits.read_entries_max == 0 {
             return Err(StoreError::ZeroLimit {
@@ -84,7 +97,11 @@ impl LogStore {
                 field: "delete_chunk_entries",
             });
         }
-        let store = Self { kv, limits };
+        let store = Self {
+            kv,
+            limits,
+            on_append: None,
+        };
         if let Some(purged) = store.last_purged()? {
             // A crash between persisting the purge point and deleting the entries leaves them
             // behind; they are garbage below the purge point.
@@ -241,7 +258,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let mut batch = WriteBatch::new();
+        let mut newest_time: Option<u64> = None;
         for entry in entries {
+            if let openraft::EntryPayload::Normal(command) = &entry.payload {
+                newest_time = newest_time.max(Some(command.leader_time_ns));
+            }
             let bytes = encode("log entry", &entry).raft(Subject::WriteLogs)?;
             batch.put(Keyspace::Log, log_key(entry.log_id.index).to_vec(), bytes);
         }
@@ -252,6 +273,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // durable; the flush is what makes the entries safe to acknowledge to the leader.
         match self.flush().await {
             Ok(()) => {
+                if let (Some(observe), Some(t)) = (&self.on_append, newest_time) {
+                    observe(t);
+                }
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }

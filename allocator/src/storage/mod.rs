@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub use applier::{Applier, ApplierError};
 pub use error::StoreError;
 pub use kv::{Keyspace, KvError, KvStore};
-pub use log_store::{LogStore, LogStoreLimits};
+pub use log_store::{AppendObserver, LogStore, LogStoreLimits};
 pub use sled_kv::{SledKv, SledOptions};
 pub use state_machine::{SnapshotBuilder, StateMachineLimits, StateMachineStore};
 

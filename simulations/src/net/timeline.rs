@@ -85,6 +85,15 @@ impl Timeline {
             .unwrap_or(0)
     }
 
+    /// How far behind true time the timeline's last sample was, in nanoseconds: what a
+    /// leader change left for good (the maximum also counts the election itself, while
+    /// nothing was applied).
+    pub fn lag_ns_at_end(&self, start_unix_ns: u64) -> u64 {
+        self.points
+            .last()
+            .map_or(0, |&(s, v)| (start_unix_ns + s).saturating_sub(v))
+    }
+
     /// Samples kept.
     pub fn len(&self) -> usize {
         self.points.len()
@@ -115,6 +124,9 @@ mod tests {
         assert_eq!(t.place(25), Some(1_009));
         assert_eq!(t.place(40), Some(1_024), "projected past the last sample");
         assert_eq!(t.lag_ns_max(990), 6, "true time 990 + s");
+        assert_eq!(t.lag_ns_at_end(990), 6);
+        t.observe(40, 1_030);
+        assert_eq!(t.lag_ns_at_end(990), 0);
         assert_eq!(t.span(), Some((1_000, 1_014)));
     }
 

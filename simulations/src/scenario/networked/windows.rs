@@ -272,6 +272,10 @@ fn facts(out: &mut ScenarioReport, w: &WindowRun, opts: &RunOptions) {
         check.timeline.lag_ns_max(check.start_unix_ns) / 1_000_000,
     );
     out.fact(
+        &name("timeline behind true time at the end (ms)"),
+        check.timeline.lag_ns_at_end(check.start_unix_ns) / 1_000_000,
+    );
+    out.fact(
         &name("most admitted in a window laid on true time"),
         check.most_on_true_time,
     );

@@ -16,6 +16,7 @@ const PROTO_FILES: &[&str] = &[
     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
     "envoy/service/ratelimit/v3/rls.proto",
     "leasehold/v1/common.proto",
+    "leasehold/v1/decide.proto",
     "leasehold/v1/lease.proto",
     "leasehold/v1/admin_policy.proto",
     "leasehold/v1/admin_budget.proto",

@@ -5,4 +5,5 @@ pub mod api;
 pub mod config;
 pub mod credit;
 pub mod engine;
+pub mod exact;
 pub mod lease;

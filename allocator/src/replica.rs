@@ -61,6 +61,11 @@ pub trait Replica<M: Machine>: Clone + Send + Sync + 'static {
     where
         R: Send + 'static,
         F: FnOnce(&M) -> R + Send + 'static;
+
+    /// Runs `f` on this replica's applied state without confirming it is current (a
+    /// follower's may lag): for routing hints that a stale answer cannot make wrong. None
+    /// while there is no state yet.
+    fn peek<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R>;
 }
 
 /// A replica of one: commands apply in call order at the local clock's time.
@@ -110,6 +115,10 @@ impl<M: Machine> Replica<M> for LocalReplica<M> {
     {
         let out = f(&self.lock());
         std::future::ready(Ok(out))
+    }
+
+    fn peek<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R> {
+        Some(f(&self.lock()))
     }
 }
 
@@ -176,6 +185,10 @@ impl<M: Machine, R: Replica<M>> Replica<M> for LateReplica<R> {
                 None => Err(starting()),
             }
         }
+    }
+
+    fn peek<T>(&self, f: impl FnOnce(&M) -> T) -> Option<T> {
+        self.cell.get()?.peek(f)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
 use crate::replica::LateReplica;
 use crate::service::cluster_raft::RaftCluster;
 use crate::service::ticker::run_ticker;
-use crate::service::{AdminServer, LeaseServer, WatchSettings};
+use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
 use crate::state::AllocatorState;
 use crate::upstream::mirror::{run_mirror, MirrorConfig};
 use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
@@ -148,12 +148,23 @@ pub async fn run(
         cluster_id: cfg.cluster.clone(),
         level: cfg.level().name().into(),
     });
-    let lease = LeaseServer::new(
+    let mut lease = LeaseServer::new(
         late.clone(),
         Arc::clone(&signer),
         auth.clone(),
         WatchSettings::default(),
     );
+    let upstream = if cfg.is_root() {
+        None
+    } else {
+        Some(upstream_link(&cfg)?)
+    };
+    if let Some(up) = &upstream {
+        lease = lease.with_upstream(UpstreamDecider {
+            grantor: up.grantor.clone(),
+            holder_id: up.config.holder_id.clone(),
+        });
+    }
     let admin = AdminServer::new(late.clone(), auth.clone(), cluster);
     let hooks = NodeHooks {
         transport,
@@ -225,8 +236,8 @@ pub async fn run(
         }
     };
     tokio::spawn(run_ticker(node.clone(), cfg.tick_ms, tick_stop));
-    if !cfg.is_root() {
-        start_upstream(&cfg, node.clone(), &shutdown)?;
+    if let Some(up) = upstream {
+        start_upstream(&cfg, up, node.clone(), &shutdown)?;
     }
     tracing::info!(node_id = cfg.node_id, grpc = %cfg.grpc_addr, http = %cfg.http_addr, "allocator started");
     loop {
@@ -247,13 +258,15 @@ pub async fn run(
     Ok(())
 }
 
-/// A delegated node's link to its upstream cluster: the lease driver and the watch mirror,
-/// both acting only while this node leads.
-fn start_upstream(
-    cfg: &AllocatorConfig,
-    node: RaftNode<AllocatorState>,
-    shutdown: &watch::Receiver<bool>,
-) -> Result<(), ServerError> {
+/// A delegated node's connection to its upstream cluster, shared by the lease driver and
+/// the forwarding of exact decisions.
+struct UpstreamLink {
+    grantor: Arc<RemoteGrantor>,
+    channels: ChannelFactory,
+    config: UpstreamConfig,
+}
+
+fn upstream_link(cfg: &AllocatorConfig) -> Result<UpstreamLink, ServerError> {
     let transport = match &cfg.tls {
         None => ClientTransport::Plaintext,
         Some(files) => ClientTransport::MutualTls {
@@ -271,27 +284,41 @@ fn start_upstream(
         ChannelFactory::new(ChannelSettings::default(), transport.clone())
             .map_err(|e| ServerError::Config(format!("upstream: {e}")))
     };
+    Ok(UpstreamLink {
+        grantor: Arc::new(RemoteGrantor::new(channels()?, cfg.upstream.clone(), 3)),
+        channels: channels()?,
+        config: UpstreamConfig::new(&cfg.cluster),
+    })
+}
+
+/// A delegated node's link to its upstream cluster: the lease driver and the watch mirror,
+/// both acting only while this node leads.
+fn start_upstream(
+    cfg: &AllocatorConfig,
+    link: UpstreamLink,
+    node: RaftNode<AllocatorState>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(), ServerError> {
     let verifier = cfg
         .upstream_verifier()
         .map_err(|e| ServerError::Config(e.to_string()))?;
     if verifier.is_none() {
         tracing::warn!("no trusted_upstream_keys: upstream leases are trusted on TLS alone");
     }
-    let up = UpstreamConfig::new(&cfg.cluster);
+    let up = link.config;
     let stop = |mut s: watch::Receiver<bool>| async move {
         let _ = s.wait_for(|v| *v).await;
     };
-    let grantor = Arc::new(RemoteGrantor::new(channels()?, cfg.upstream.clone(), 3));
     tokio::spawn(run_upstream(
         node.clone(),
-        grantor,
+        link.grantor,
         verifier,
         up.clone(),
         Arc::new(UpstreamCounters::default()),
         stop(shutdown.clone()),
     ));
     let mirror = MirrorConfig {
-        channels: channels()?,
+        channels: link.channels,
         addrs: cfg.upstream.clone(),
         holder_id: up.holder_id,
         silence_max_ms: 2 * WatchSettings::default().heartbeat_ms,

@@ -174,7 +174,7 @@ fn assert_fail_open(agent: &Agent, seen: &Seen) -> u64 {
     assert_only(after, &[Outcome::FailOpen]);
     let fail_open = count(open, Outcome::FailOpen);
     assert_eq!(agent.counters("open").fail_open, fail_open);
-    let text = metrics::render(&agent.engine.stats());
+    let text = metrics::render(&agent.engine.stats(), &Default::default());
     let line = format!("leasehold_agent_fail_open_units_total{{policy=\"open\"}} {fail_open}\n");
     assert!(text.contains(&line), "metrics lack `{line}`:\n{text}");
     fail_open

@@ -2,7 +2,8 @@
 //! all or none, priority, route-based cost, decision ids.
 
 use super::dims::{DimensionRules, RequestDimension};
-use crate::engine::{AdmitRequest, DenyReason, Engine, Outcome};
+use crate::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome};
+use crate::exact::ExactGate;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admit_service_server::AdmitService;
@@ -21,13 +22,19 @@ const RULES: DimensionRules = DimensionRules {
 };
 
 pub struct AdmitServer {
-    engine: Arc<Engine>,
+    gate: Arc<ExactGate>,
     clock: SystemClock,
 }
 
 impl AdmitServer {
+    /// Exact policies' dimensions follow their failure behaviour: no allocator to ask.
     pub fn new(engine: Arc<Engine>, clock: SystemClock) -> Self {
-        AdmitServer { engine, clock }
+        Self::with_gate(Arc::new(ExactGate::new(engine)), clock)
+    }
+
+    /// Exact policies' dimensions are decided through `gate`.
+    pub fn with_gate(gate: Arc<ExactGate>, clock: SystemClock) -> Self {
+        AdmitServer { gate, clock }
     }
 }
 
@@ -65,6 +72,17 @@ fn reason(o: Outcome) -> pb::Reason {
     }
 }
 
+fn request_of<'a>(
+    r: &'a pb::AdmitRequest,
+    dims: &'a [Dimension<'a>],
+    priority: u8,
+) -> AdmitRequest<'a> {
+    let mut admit = AdmitRequest::new(dims);
+    admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
+    admit.priority = priority;
+    admit
+}
+
 #[tonic::async_trait]
 impl AdmitService for AdmitServer {
     async fn admit(
@@ -81,12 +99,20 @@ impl AdmitService for AdmitServer {
         }
         let priority =
             u8::try_from(r.priority).map_err(|_| Status::invalid_argument("priority: 0 to 255"))?;
+        // The dimensions borrow the request and are built again after the allocator's
+        // answer for exact policies, rather than held across the wait.
+        let asks = RULES
+            .with_dimensions(&r.dimensions, |dims| {
+                self.gate
+                    .engine()
+                    .exact_asks(&request_of(&r, dims, priority))
+            })
+            .map_err(invalid)?;
+        let asked = self.gate.ask(asks).await;
         let d = RULES
             .with_dimensions(&r.dimensions, |dims| {
-                let mut admit = AdmitRequest::new(dims);
-                admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
-                admit.priority = priority;
-                self.engine.admit(&admit, self.clock.now())
+                self.gate
+                    .finish(&request_of(&r, dims, priority), self.clock.now(), &asked)
             })
             .map_err(invalid)?;
         let results = d

@@ -2,7 +2,8 @@
 //! `RateLimit-Policy` / `RateLimit` fields), `/metrics`, `/healthz`, `/readyz`.
 
 use super::dims::{DimensionRules, RequestDimension};
-use crate::engine::{AdmitRequest, Decision, Engine, Outcome};
+use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
+use crate::exact::ExactGate;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,6 +28,7 @@ const RULES: DimensionRules = DimensionRules {
 #[derive(Clone)]
 struct Http {
     engine: Arc<Engine>,
+    gate: Arc<ExactGate>,
     clock: SystemClock,
 }
 
@@ -72,11 +74,14 @@ pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The HTTP API of an agent that is always ready (its rules are local).
 pub fn router(engine: Arc<Engine>, clock: SystemClock) -> Router {
-    router_with_readiness(engine, clock, Arc::new(|| Ok(())))
+    let gate = Arc::new(ExactGate::new(engine));
+    router_with_readiness(gate, clock, Arc::new(|| Ok(())))
 }
 
-/// The HTTP API; `/readyz` answers 503 with the reason while `ready` says no.
-pub fn router_with_readiness(engine: Arc<Engine>, clock: SystemClock, ready: Readiness) -> Router {
+/// The HTTP API, deciding exact policies through `gate`; `/readyz` answers 503 with the
+/// reason while `ready` says no.
+pub fn router_with_readiness(gate: Arc<ExactGate>, clock: SystemClock, ready: Readiness) -> Router {
+    let engine = Arc::clone(gate.engine());
     let readyz = move || {
         let ready = Arc::clone(&ready);
         async move {
@@ -97,7 +102,11 @@ pub fn router_with_readiness(engine: Arc<Engine>, clock: SystemClock, ready: Rea
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(Http { engine, clock })
+        .with_state(Http {
+            engine,
+            gate,
+            clock,
+        })
 }
 
 /// Largest `/v1/admit` body accepted, in bytes; a larger one is answered 413. A decision's
@@ -125,17 +134,29 @@ async fn admit(
             return (status, Json(json!({ "error": message }))).into_response();
         }
     };
+    let asks = match RULES.with_dimensions(&body.dimensions, |dims| {
+        h.engine.exact_asks(&request_of(&body, dims))
+    }) {
+        Ok(asks) => asks,
+        Err(e) => return bad(e.to_string()),
+    };
+    let asked = h.gate.ask(asks).await;
     let decision = RULES.with_dimensions(&body.dimensions, |dims| {
-        let mut req = AdmitRequest::new(dims);
-        req.route = body.route.as_deref();
-        req.priority = body.priority;
-        req.bytes = body.bytes;
-        h.engine.admit(&req, h.clock.now())
+        h.gate
+            .finish(&request_of(&body, dims), h.clock.now(), &asked)
     });
     match decision {
         Ok(decision) => respond(&decision),
         Err(e) => bad(e.to_string()),
     }
+}
+
+fn request_of<'a>(body: &'a AdmitBody, dims: &'a [Dimension<'a>]) -> AdmitRequest<'a> {
+    let mut req = AdmitRequest::new(dims);
+    req.route = body.route.as_deref();
+    req.priority = body.priority;
+    req.bytes = body.bytes;
+    req
 }
 
 fn outcome_name(o: Outcome) -> String {
@@ -199,6 +220,6 @@ fn respond(d: &Decision) -> Response {
 async fn metrics(State(h): State<Http>) -> impl IntoResponse {
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        super::metrics::render(&h.engine.stats()),
+        super::metrics::render(&h.engine.stats(), h.gate.counters()),
     )
 }

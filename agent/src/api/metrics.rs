@@ -1,7 +1,9 @@
 //! Prometheus text for the agent: what the engine counted, per policy (never per key).
 
 use crate::engine::EngineStats;
+use crate::exact::ExactCounters;
 use std::fmt::Write;
+use std::sync::atomic::Ordering;
 
 type Field = fn(&crate::engine::PolicyCountersSnapshot) -> u64;
 
@@ -48,8 +50,8 @@ fn escape(label: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Renders the engine's counters in the Prometheus text format.
-pub fn render(stats: &EngineStats) -> String {
+/// Renders the engine's and the exact decisions' counters in the Prometheus text format.
+pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
     let mut out = String::new();
     for (name, help, field) in UNITS {
         let _ = writeln!(out, "# HELP leasehold_agent_{name}_units_total {help}");
@@ -63,7 +65,8 @@ pub fn render(stats: &EngineStats) -> String {
             );
         }
     }
-    let engine: [(&str, &str, u64); 8] = [
+    let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let engine: [(&str, &str, u64); 13] = [
         (
             "decisions_total",
             "Admission decisions made.",
@@ -99,6 +102,31 @@ pub fn render(stats: &EngineStats) -> String {
             "clock_rollbacks_total",
             "Clock readings behind the last one, clamped.",
             stats.clock.rollbacks,
+        ),
+        (
+            "exact_admitted_total",
+            "Requests of exact policies the allocator admitted.",
+            read(&exact.admitted),
+        ),
+        (
+            "exact_refused_total",
+            "Requests of exact policies the allocator refused.",
+            read(&exact.refused),
+        ),
+        (
+            "exact_unanswered_total",
+            "Requests of exact policies left to the failure behaviour (no answer in time).",
+            read(&exact.unanswered),
+        ),
+        (
+            "exact_refunds_total",
+            "Refunds sent for admitted exact decisions whose request another dimension refused.",
+            read(&exact.refunds_sent),
+        ),
+        (
+            "exact_refunds_dropped_total",
+            "Refunds that could not be sent (their units stay counted).",
+            read(&exact.refunds_dropped),
         ),
     ];
     for (name, help, value) in engine {

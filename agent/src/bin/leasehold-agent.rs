@@ -18,6 +18,7 @@ use leasehold_agent::api::listen::{
 use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, RuleSource};
+use leasehold_agent::exact::ExactGate;
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
@@ -102,6 +103,9 @@ struct Args {
     /// What native Admit and HTTP dimensions naming an unknown policy id get: deny or allow.
     #[arg(long)]
     unknown_policy: Option<UnknownPolicy>,
+    /// Wait for the allocator's decision on exact policies, in milliseconds.
+    #[arg(long)]
+    decide_timeout_ms: Option<u64>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -131,6 +135,7 @@ impl Args {
             state_file: self.state_file,
             allocator_keys: self.allocator_keys,
             unknown_policy: self.unknown_policy,
+            decide_timeout_ms: self.decide_timeout_ms,
         };
         (self.config, overrides)
     }
@@ -251,7 +256,13 @@ async fn run() -> Result<()> {
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());
     manager_cfg.state_file = cfg.state_file.clone();
     manager_cfg.verifier = cfg.lease_verifier()?;
-    let manager = LeaseManager::open(manager_cfg, grantor(&cfg, &policies)?, clock.clone(), queue)
+    let grantor = grantor(&cfg, &policies)?;
+    let gate = Arc::new(ExactGate::new(Arc::clone(&engine)).with_grantor(
+        Arc::clone(&grantor),
+        cfg.holder_id.clone(),
+        cfg.decide_timeout_ms,
+    ));
+    let manager = LeaseManager::open(manager_cfg, grantor, clock.clone(), queue)
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_engine(Arc::clone(&engine));
     // Rules from the allocator: not ready before its current policies arrived.
@@ -281,7 +292,7 @@ async fn run() -> Result<()> {
         clock.clone(),
         cfg.response_headers,
     ));
-    let admit = AdmitServiceServer::new(AdmitServer::new(Arc::clone(&engine), clock.clone()));
+    let admit = AdmitServiceServer::new(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
     let grpc = grpc_server(tls.as_ref())?
         .add_service(rls)
         .add_service(admit);
@@ -293,7 +304,7 @@ async fn run() -> Result<()> {
     let http_listener = cfg.http_listen()?.bind().await?;
     let http_mtls = http_tls.is_some() && matches!(http_listener, Listener::Tcp(_));
     tracing::info!(addr = %http_listener.local_addr()?, mtls = http_mtls, "HTTP listening");
-    let router = http::router_with_readiness(Arc::clone(&engine), clock, readiness);
+    let router = http::router_with_readiness(gate, clock, readiness);
     let http_task = tokio::spawn(serve_http(router, http_listener, http_tls, stopped(rx)));
 
     shutdown_signal().await;

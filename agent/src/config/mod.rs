@@ -11,6 +11,7 @@
 //! listen_tls: { ca: gateways-ca.pem, cert: agent-gw-1.pem, key: agent-gw-1-key.pem }
 //! response_headers: true
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
+//! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -159,6 +160,10 @@ pub struct AgentConfig {
     /// get: `deny` (the default) or `allow` (admitted as no rule). Envoy RLS descriptors
     /// without a rule are always allowed.
     pub unknown_policy: UnknownPolicy,
+    /// How long a request of an exact policy (`enforcement: exact`) waits for the
+    /// allocator's decision before the policy's failure behaviour applies, in
+    /// milliseconds.
+    pub decide_timeout_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -179,6 +184,7 @@ impl Default for AgentConfig {
             state_file: None,
             allocator_keys: Vec::new(),
             unknown_policy: UnknownPolicy::Deny,
+            decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -216,6 +222,8 @@ pub struct Overrides {
     pub allocator_keys: Vec<String>,
     /// `--unknown-policy`.
     pub unknown_policy: Option<UnknownPolicy>,
+    /// `--decide-timeout-ms`.
+    pub decide_timeout_ms: Option<u64>,
 }
 
 impl AgentConfig {
@@ -292,6 +300,7 @@ impl AgentConfig {
         set(&mut self.state_file, flags.state_file.map(Some));
         set_list(&mut self.allocator_keys, flags.allocator_keys);
         set(&mut self.unknown_policy, flags.unknown_policy);
+        set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
     }
 
     /// The gRPC listen address.

@@ -16,6 +16,7 @@ listen_insecure: false
 state_file: /var/lib/leasehold/agent.state
 allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
 unknown_policy: allow
+decide_timeout_ms: 250
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -62,6 +63,7 @@ fn every_field_is_read_from_the_file() {
             "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".into(),
         ],
         unknown_policy: UnknownPolicy::Allow,
+        decide_timeout_ms: 250,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());

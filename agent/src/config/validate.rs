@@ -6,6 +6,9 @@ use leasehold_proto::transport::identity::validate_name;
 use leasehold_proto::transport::ADDRESS_LEN_MAX;
 use std::path::Path;
 
+/// Longest wait for an exact decision, in milliseconds: a request waiting longer has
+/// long been given up by its caller.
+pub const DECIDE_TIMEOUT_MS_MAX: u64 = 60_000;
 /// Most policy files.
 pub const POLICY_FILES_MAX: usize = 1024;
 /// Most allocator addresses.
@@ -43,6 +46,13 @@ impl AgentConfig {
                 "http_addr",
                 &self.http_addr,
                 "the same address as grpc_addr",
+            ));
+        }
+        if !(1..=DECIDE_TIMEOUT_MS_MAX).contains(&self.decide_timeout_ms) {
+            return Err(invalid(
+                "decide_timeout_ms",
+                self.decide_timeout_ms.to_string(),
+                format!("1 to {DECIDE_TIMEOUT_MS_MAX}"),
             ));
         }
         validate_name(&self.holder_id)

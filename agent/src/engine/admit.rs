@@ -2,6 +2,7 @@
 
 use super::config::UnknownPolicy;
 use super::decision::{Decision, Denial, DenyReason, Outcome, DIMENSIONS_LIMIT};
+use super::exact::{ExactVerdict, ExactVerdicts};
 use super::policy::CompiledPolicy;
 use super::request::{AdmitRequest, Dimension};
 use super::resolve::{resolve, Plan, Resolved};
@@ -43,6 +44,10 @@ impl Step {
     }
 }
 
+/// When a request is decided: monotonic time, the thread's counter slot, and the
+/// allocator's verdicts for exact dimensions if it was asked.
+type At<'v> = (Nanos, Slot, Option<&'v ExactVerdicts>);
+
 /// Per-request context shared by the dimension checks.
 pub(crate) struct Ctx<'e> {
     pub(crate) now: Nanos,
@@ -57,12 +62,19 @@ pub(crate) struct Ctx<'e> {
     charges: Charges,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
+    /// The allocator's verdicts for exact dimensions, when it was asked.
+    exact: Option<&'e ExactVerdicts>,
 }
 
 impl Ctx<'_> {
     /// Wall time, read at most once per request and only when a calendar quota needs it.
     pub(crate) fn wall(&mut self) -> jiff::Timestamp {
         *self.wall.get_or_insert_with(|| (self.clock)())
+    }
+
+    /// The allocator's verdict for the dimension being checked, if it gave one.
+    pub(crate) fn verdict(&self) -> Option<ExactVerdict> {
+        self.exact?.get(self.index)
     }
 
     /// Starts dimension `index`'s check, which must keep its charges if `keep`.
@@ -83,7 +95,7 @@ impl Ctx<'_> {
 
 /// Units a dimension costs: decided by the policy, times Envoy's hits.
 #[inline(always)]
-fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
+pub(crate) fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
     match p.request_cost {
         // The common case, without the cost's kind to look at or a product to check.
         Some(cost) if req.hits <= 1 => cost,
@@ -113,16 +125,29 @@ impl Engine {
     /// concurrency units it still held). A caller deciding in a loop saves copying a whole
     /// decision out on every call.
     pub fn admit_into(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision) {
+        self.admit_with(req, now, decision, None);
+    }
+
+    /// [`admit_into`](Self::admit_into) with the allocator's verdicts for exact dimensions.
+    #[inline]
+    pub(crate) fn admit_with(
+        &self,
+        req: &AdmitRequest<'_>,
+        now: Nanos,
+        decision: &mut Decision,
+        exact: Option<&ExactVerdicts>,
+    ) {
         decision.reset();
         let slot = Slot::current();
         let (number, now) = self.counters.start_decision(now, slot);
         decision.decision_id = self.decision_id(number);
-        self.decide(req, now, decision, slot);
+        self.decide(req, (now, slot, exact), decision);
     }
 
     /// Decides at `now`, already through the thread's clock guard.
     #[inline]
-    fn decide(&self, req: &AdmitRequest<'_>, now: Nanos, decision: &mut Decision, slot: Slot) {
+    fn decide(&self, req: &AdmitRequest<'_>, at: At<'_>, decision: &mut Decision) {
+        let now = at.0;
         if req.dimensions.len() > self.limits.dimensions_max {
             self.counters.bump(Count::TooManyDimensions);
             return refuse(decision, DenyReason::TooManyDimensions, u64::MAX);
@@ -137,8 +162,8 @@ impl Engine {
         tcache::with(|cache| {
             let (rules, scratch) = cache.rules(self.uid, stamp, || self.rules.load_full());
             match req.dimensions {
-                [dim] => self.decide_one(rules, req, dim, (now, slot), decision, scratch),
-                _ => self.decide_many(rules, req, (now, slot), decision, scratch),
+                [dim] => self.decide_one(rules, req, dim, at, decision, scratch),
+                _ => self.decide_many(rules, req, at, decision, scratch),
             }
         });
     }
@@ -148,7 +173,7 @@ impl Engine {
         &self,
         rules: &RuleSet,
         req: &AdmitRequest<'_>,
-        (now, slot): (Nanos, Slot),
+        (now, slot, exact): At<'_>,
         decision: &mut Decision,
         mut scratch: Scratch<'_>,
     ) {
@@ -157,7 +182,7 @@ impl Engine {
         let mut plan = Plan::new();
         plan.fill(rules, req.dimensions, scratch.hints);
 
-        let mut ctx = self.ctx(req, now);
+        let mut ctx = self.ctx(req, now, exact);
         let mut units = [0u64; DIMENSIONS_LIMIT];
         let last = req.dimensions.len().saturating_sub(1);
         for (i, dim) in req.dimensions.iter().enumerate() {
@@ -210,13 +235,13 @@ impl Engine {
         rules: &RuleSet,
         req: &AdmitRequest<'_>,
         dim: &Dimension<'_>,
-        (now, slot): (Nanos, Slot),
+        (now, slot, exact): At<'_>,
         decision: &mut Decision,
         scratch: Scratch<'_>,
     ) {
         let (res, _) = resolve(rules, dim, scratch.hints);
         // Dimension 0, keeping no charge to undo: as the context starts.
-        let mut ctx = self.ctx(req, now);
+        let mut ctx = self.ctx(req, now, exact);
         let units = res.policy().map_or(0, |p| units_of(p, req));
         let step = self.check(res, dim, units, &mut ctx, scratch);
         note_refusal(decision, 0, &step);
@@ -235,8 +260,14 @@ impl Engine {
 
     /// The context of one request's dimension checks.
     #[inline]
-    fn ctx(&self, req: &AdmitRequest<'_>, now: Nanos) -> Ctx<'_> {
+    fn ctx<'e>(
+        &'e self,
+        req: &AdmitRequest<'_>,
+        now: Nanos,
+        exact: Option<&'e ExactVerdicts>,
+    ) -> Ctx<'e> {
         Ctx {
+            exact,
             now,
             priority: req.priority,
             keep: false,

@@ -177,6 +177,7 @@ impl Engine {
                 }
                 step
             }
+            EntryState::Exact => self.check_exact(p, entry, units, ctx),
             EntryState::Local(_) => check_local(entry, units, ctx),
             EntryState::InFlight { .. } => check_in_flight(entry, units, ctx),
         }

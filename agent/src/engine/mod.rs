@@ -54,6 +54,7 @@ mod config;
 mod decision;
 mod domains;
 mod earn;
+mod exact;
 mod fastkey;
 mod leased;
 mod local;
@@ -80,6 +81,7 @@ pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
     POLICY_ID_INLINE_MAX,
 };
+pub use exact::{ExactAsk, ExactVerdict, ExactVerdicts};
 pub use local::LocalConfigError;
 pub use policy::Emergency;
 pub use protect::SelfProtection;

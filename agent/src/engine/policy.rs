@@ -79,6 +79,9 @@ pub(crate) enum Enforcement {
     /// Credit leased from the allocator: every algorithm but concurrency whose scope is
     /// global, region or cell (windows and calendar periods as window-scoped credit).
     Leased,
+    /// Decided per request by the owning allocator (`enforcement: exact`); nothing is held
+    /// here.
+    Exact,
     Local(LocalSpec),
     Concurrency {
         max_in_flight: u64,
@@ -129,10 +132,13 @@ pub(crate) fn next_generation() -> u64 {
 }
 
 /// Whether `policy` spends leased credit rather than a local limiter: every budget beyond
-/// one process is owned by an allocator, whatever its algorithm. Concurrency limits are
-/// per process only (validation refuses them at any other scope).
+/// one process is owned by an allocator, whatever its algorithm, and leased unless it is
+/// decided per request. Concurrency limits are per process only (validation refuses them
+/// at any other scope).
 pub(crate) fn is_leased(policy: &Policy) -> bool {
-    policy.scope != Scope::Process && policy.algorithm != Algorithm::Concurrency
+    policy.scope != Scope::Process
+        && policy.algorithm != Algorithm::Concurrency
+        && policy.enforcement != leasehold_common::policy::Enforcement::Exact
 }
 
 impl CompiledPolicy {
@@ -157,6 +163,7 @@ impl CompiledPolicy {
                     acquiring_since_ns: AtomicU64::new(super::table::NOT_ACQUIRING),
                 }
             }
+            Enforcement::Exact => EntryState::Exact,
             Enforcement::Local(spec) => EntryState::Local(SpinLock::new(spec.build(now))),
             // The counter is shared with the stale entry: requests admitted under the old
             // version release into it, and the new limit counts them while they run.

@@ -130,6 +130,8 @@ pub(crate) struct RuleSet {
     /// The earliest `effective_at` of a version given but not yet in force.
     pub(crate) pending_at: Option<jiff::Timestamp>,
     pub(crate) source: RuleSource,
+    /// Whether any policy is decided by the allocator (`enforcement: exact`).
+    pub(crate) has_exact: bool,
 }
 
 impl RuleSet {
@@ -235,6 +237,7 @@ impl RuleSet {
                 id: compiled.id.to_string(),
             });
         }
+        self.has_exact |= matches!(compiled.enforcement, Enforcement::Exact);
         self.policies.push(compiled);
         Ok(index)
     }
@@ -299,7 +302,9 @@ pub(super) fn compile(
     let schema = KeySchema::new(policy)
         .map_err(invalid)?
         .with_key_len_max(key_len_max);
-    let enforcement = if is_leased(policy) {
+    let enforcement = if policy.enforcement == leasehold_common::policy::Enforcement::Exact {
+        Enforcement::Exact
+    } else if is_leased(policy) {
         Enforcement::Leased
     } else {
         match LocalSpec::of(policy)? {

@@ -57,6 +57,8 @@ pub(crate) enum EntryState {
         /// missing first lease is waited for; [`NOT_ACQUIRING`] before that.
         acquiring_since_ns: AtomicU64,
     },
+    /// Decided per request by the allocator: only the entry (and its emergency bucket).
+    Exact,
     /// A limiter of this process, under a lock whose sections are a check or a refund.
     Local(SpinLock<LocalLimiter>),
     /// Units in flight against a concurrency limit.

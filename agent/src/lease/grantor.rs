@@ -1,11 +1,14 @@
 //! Where a holder gets its leases: a remote allocator cluster or an in-process ledger.
 
-use super::wire::{deny_to_pb, lease_to_pb};
+use super::wire::{decide_items, decided_to_pb, deny_to_pb, lease_to_pb};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::PolicyParams;
-use leasehold_common::ledger::{Acquire, Command, Ledger, LedgerError, Outcome, Release, Report};
+use leasehold_common::ledger::{
+    Acquire, Command, Decide, Ledger, LedgerError, Outcome, Refund, Release, Report,
+};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
+use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_client::LeaseServiceClient;
 use leasehold_proto::transport::ChannelFactory;
@@ -48,6 +51,22 @@ pub trait Grantor: Send + Sync + 'static {
         req: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>>;
 
+    /// Decides one request of exact policies (`enforcement: exact`).
+    fn decide(
+        &self,
+        _req: pb::DecideRequest,
+    ) -> BoxFuture<'_, Result<pb::DecideResponse, GrantorError>> {
+        Box::pin(std::future::ready(Err(no_exact())))
+    }
+
+    /// Gives back what an admitted decision charged.
+    fn refund(
+        &self,
+        _req: pb::RefundRequest,
+    ) -> BoxFuture<'_, Result<pb::RefundResponse, GrantorError>> {
+        Box::pin(std::future::ready(Err(no_exact())))
+    }
+
     /// True when the grantor pushes changes on a watch stream; a grantor without one is
     /// not watched (its stream would only ever look silent).
     fn pushes_changes(&self) -> bool {
@@ -59,6 +78,13 @@ pub trait Grantor: Send + Sync + 'static {
     fn watch(&self, _req: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
         let never: WatchStream = Box::pin(tokio_stream::pending());
         Box::pin(std::future::ready(Ok(never)))
+    }
+}
+
+fn no_exact() -> GrantorError {
+    GrantorError::Refused {
+        code: tonic::Code::Unimplemented,
+        message: "this grantor does not decide exact policies".into(),
     }
 }
 
@@ -233,6 +259,37 @@ impl Grantor for LocalGrantor {
         };
         Box::pin(std::future::ready(out))
     }
+
+    fn decide(
+        &self,
+        r: pb::DecideRequest,
+    ) -> BoxFuture<'_, Result<pb::DecideResponse, GrantorError>> {
+        let cmd = Command::Decide(Decide {
+            items: decide_items(&r.items),
+        });
+        let out = match self.apply(cmd) {
+            Ok(Outcome::Decided(d)) => Ok(decided_to_pb(&d)),
+            Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(refused(e)),
+        };
+        Box::pin(std::future::ready(out))
+    }
+
+    fn refund(
+        &self,
+        r: pb::RefundRequest,
+    ) -> BoxFuture<'_, Result<pb::RefundResponse, GrantorError>> {
+        let cmd = Command::Refund(Refund {
+            items: decide_items(&r.items),
+            decided_at: Nanos(r.decided_at_ns),
+        });
+        let out = match self.apply(cmd) {
+            Ok(Outcome::Refunded { units }) => Ok(pb::RefundResponse { units }),
+            Ok(other) => Err(refused(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(refused(e)),
+        };
+        Box::pin(std::future::ready(out))
+    }
 }
 
 /// An allocator cluster over gRPC: any node's address will do; a follower's pointer to the
@@ -369,6 +426,26 @@ impl Grantor for RemoteGrantor {
         Box::pin(self.call(move |mut c| {
             let r = r.clone();
             async move { c.release(r).await }
+        }))
+    }
+
+    fn decide(
+        &self,
+        r: pb::DecideRequest,
+    ) -> BoxFuture<'_, Result<pb::DecideResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.decide(r).await }
+        }))
+    }
+
+    fn refund(
+        &self,
+        r: pb::RefundRequest,
+    ) -> BoxFuture<'_, Result<pb::RefundResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.refund(r).await }
         }))
     }
 

@@ -1,7 +1,7 @@
 //! Leases between their ledger form and their wire form.
 
 use leasehold_common::lease::Lease;
-use leasehold_common::ledger::DenyReason;
+use leasehold_common::ledger::{DecideItem, Decided, DenyReason};
 use leasehold_proto::leasehold::v1 as pb;
 
 pub fn lease_to_pb(l: &Lease) -> pb::Lease {
@@ -48,5 +48,37 @@ pub fn deny_to_pb(r: DenyReason) -> pb::DenyReason {
         DenyReason::Exhausted | DenyReason::MaxCredit => pb::DenyReason::Exhausted,
         DenyReason::FairShare => pb::DenyReason::FairShare,
         DenyReason::ReserveOnly => pb::DenyReason::ReserveOnly,
+    }
+}
+
+/// A decision's items as the ledger takes them.
+pub fn decide_items(items: &[pb::DecideItem]) -> Vec<DecideItem> {
+    items
+        .iter()
+        .map(|i| DecideItem {
+            policy_id: i.policy_id.clone(),
+            key: i.key.clone(),
+            units: i.units,
+        })
+        .collect()
+}
+
+/// A ledger's decision as the wire carries it (milliseconds rounded up, so a holder never
+/// retries early).
+pub fn decided_to_pb(d: &Decided) -> pb::DecideResponse {
+    let ms = |ns: u64| ns.div_ceil(1_000_000);
+    pb::DecideResponse {
+        admitted: d.admitted,
+        verdicts: d
+            .verdicts
+            .iter()
+            .map(|v| pb::DecideVerdict {
+                fits: v.fits,
+                remaining: v.remaining,
+                reset_after_ms: ms(v.reset_after_ns),
+                retry_after_ms: ms(v.retry_after_ns),
+            })
+            .collect(),
+        decided_at_ns: d.at.0,
     }
 }

@@ -461,6 +461,10 @@ impl<M: Machine> Replica<M> for RaftNode<M> {
         }
     }
 
+    fn peek<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R> {
+        Some(self.read_local(f))
+    }
+
     fn read<R, F>(&self, f: F) -> impl Future<Output = Result<R, ReplicaError>> + Send
     where
         R: Send + 'static,

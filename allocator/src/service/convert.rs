@@ -74,7 +74,10 @@ pub fn ledger_status(e: &LedgerError) -> Status {
         LedgerError::NotHolder { .. } => Code::PermissionDenied,
         LedgerError::LeaseClosed { .. }
         | LedgerError::StaleRequest { .. }
-        | LedgerError::StalePolicyVersion { .. } => Code::FailedPrecondition,
+        | LedgerError::StalePolicyVersion { .. }
+        | LedgerError::ExactPolicy(_)
+        | LedgerError::NotExact(_)
+        | LedgerError::NotOwner { .. } => Code::FailedPrecondition,
         LedgerError::LimitReached { .. } => Code::ResourceExhausted,
         _ => Code::InvalidArgument,
     };

@@ -2,6 +2,7 @@
 
 use super::auth::holder_caller;
 use super::convert::{deny_to_pb, lease_to_pb, ledger_status, replica_status};
+use super::decide::{Decider, UpstreamDecider};
 use super::watch::{watch_stream, WatchSettings};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
@@ -18,16 +19,24 @@ pub struct LeaseServer<R> {
     signer: Arc<LeaseSigner>,
     auth: AuthMode,
     watch: WatchSettings,
+    decider: Decider<R>,
 }
 
 impl<R: Replica<AllocatorState>> LeaseServer<R> {
     pub fn new(replica: R, signer: Arc<LeaseSigner>, auth: AuthMode, watch: WatchSettings) -> Self {
         LeaseServer {
+            decider: Decider::new(replica.clone(), None),
             replica,
             signer,
             auth,
             watch,
         }
+    }
+
+    /// Forwards exact decisions on policies owned above this cluster to `upstream`.
+    pub fn with_upstream(mut self, upstream: UpstreamDecider) -> Self {
+        self.decider = Decider::new(self.replica.clone(), Some(upstream));
+        self
     }
 
     fn signed(&self, mut lease: Lease) -> pb::Lease {
@@ -145,6 +154,24 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
             })),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
+    }
+
+    async fn decide(
+        &self,
+        req: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
+        let decided = self.decider.decide(req.into_inner()).await?;
+        Ok(Response::new(decided))
+    }
+
+    async fn refund(
+        &self,
+        req: Request<pb::RefundRequest>,
+    ) -> Result<Response<pb::RefundResponse>, Status> {
+        holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
+        let refunded = self.decider.refund(req.into_inner()).await?;
+        Ok(Response::new(refunded))
     }
 
     type WatchStream = tokio_stream::wrappers::ReceiverStream<Result<pb::WatchEvent, Status>>;

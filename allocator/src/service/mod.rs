@@ -8,6 +8,7 @@ pub mod budget;
 pub mod cluster;
 pub mod cluster_raft;
 pub mod convert;
+mod decide;
 pub mod lease;
 pub mod ticker;
 mod views;
@@ -15,5 +16,6 @@ pub mod watch;
 
 pub use admin::AdminServer;
 pub use cluster::{ClusterControl, SingleNode};
+pub use decide::UpstreamDecider;
 pub use lease::LeaseServer;
 pub use watch::WatchSettings;

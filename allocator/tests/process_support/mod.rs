@@ -136,9 +136,15 @@ pub fn admit(port: u16, policy: &str, tenant: &str) -> Option<bool> {
 /// One `POST /v1/admit` of `policy` for `tenant`: the agent's JSON answer, or None while it
 /// is not listening.
 pub fn admit_answer(port: u16, policy: &str, tenant: &str) -> Option<Value> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let body =
         format!(r#"{{"dimensions":[{{"policy":"{policy}","entries":{{"tenant":"{tenant}"}}}}]}}"#);
+    admit_body(port, &body)
+}
+
+/// One `POST /v1/admit` with the JSON `body`: the agent's JSON answer, or None while it is
+/// not listening.
+pub fn admit_body(port: u16, body: &str) -> Option<Value> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let req = format!(
         "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()

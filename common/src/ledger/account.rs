@@ -181,6 +181,61 @@ impl Account {
         self.stats.granted += units;
     }
 
+    /// Units an exact decision may take at `now`: what [`available`](Self::available)
+    /// offers, without a window's tail cut off.
+    pub fn decidable(&mut self, now: Nanos) -> u64 {
+        let free = self.available(now);
+        match &self.supply {
+            Supply::Window(w) => w.decidable(now),
+            _ => free,
+        }
+    }
+
+    /// Spends `units` of free credit at once (an exact decision). The caller checked
+    /// [`decidable`](Self::decidable) at this time.
+    pub fn spend_now(&mut self, units: u64) {
+        let taken = match &mut self.supply {
+            Supply::Bucket(b) => b.take_exact(units),
+            Supply::Window(w) if w.free >= units => {
+                w.free -= units;
+                true
+            }
+            Supply::Window(_) | Supply::Upstream(_) => false,
+        };
+        assert!(taken, "spend_now beyond decidable credit");
+        self.stats.used += units;
+    }
+
+    /// Gives back `units` an exact decision at `decided_at` spent, if they can still be
+    /// spent: a window's units only within that window, a bucket's up to its burst.
+    /// Returns the units given back; the rest stay counted as used.
+    pub fn unspend(&mut self, units: u64, decided_at: Nanos, now: Nanos) -> u64 {
+        self.available(now);
+        let units = units.min(self.stats.used);
+        let outstanding = self.outstanding;
+        let back = match &mut self.supply {
+            Supply::Bucket(b) => {
+                let cap = b.burst().saturating_sub(outstanding);
+                let room = cap.saturating_sub(b.tokens());
+                let back = units.min(room);
+                b.give_back(back, cap);
+                back
+            }
+            Supply::Window(w) if w.holds(decided_at) => {
+                let room = w
+                    .spec
+                    .limit()
+                    .saturating_sub(w.free.saturating_add(outstanding));
+                let back = units.min(room);
+                w.free += back;
+                back
+            }
+            Supply::Window(_) | Supply::Upstream(_) => 0,
+        };
+        self.stats.used -= back;
+        back
+    }
+
     /// Holders reported `units` more spent of a lease carved from `parent`. Refills first:
     /// credit earned so far was earned under the cap that held while those units were
     /// still outstanding.

@@ -4,6 +4,7 @@
 //! stamps it into the log entry), never by the replica applying it, so every replica that
 //! applies the same commands in the same order reaches the same state.
 
+use super::decide::{Decide, Decided, Refund};
 use super::params::PolicyParams;
 use crate::lease::{Lease, LeaseId};
 use crate::time::Nanos;
@@ -97,6 +98,10 @@ pub enum Command {
         key: String,
         units: u64,
     },
+    /// Decides one request of exact policies: all its items fit and are spent, or none.
+    Decide(Decide),
+    /// Gives back what an admitted decision spent (its request was refused elsewhere).
+    Refund(Refund),
     /// The upstream lease for `key` is over. `released`: it was released with final usage
     /// `credit - idle`, so the idle credit went back upstream; otherwise it ran out and the
     /// idle credit is lost.
@@ -162,6 +167,10 @@ pub enum Outcome {
     Ticked {
         expired: u64,
         stranded: u64,
+    },
+    Decided(Box<Decided>),
+    Refunded {
+        units: u64,
     },
     Done,
 }

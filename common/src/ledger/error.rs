@@ -76,6 +76,17 @@ pub enum LedgerError {
         credit: u64,
         known: u64,
     },
+    #[error("policy '{0}' is enforced exactly: it is decided per request and leases no credit")]
+    ExactPolicy(String),
+    #[error("a decision names {count} items; it must name 1 to {max}")]
+    DecideItems { count: usize, max: usize },
+    #[error("policy '{0}' is leased, not decided per request (enforcement: exact)")]
+    NotExact(String),
+    #[error("policy '{policy_id}' is owned at the {owner:?} level; decide it there")]
+    NotOwner {
+        policy_id: String,
+        owner: super::params::Level,
+    },
     #[error("key '{key}': only {idle} idle units to return, asked {asked}")]
     NotEnoughIdle { key: String, idle: u64, asked: u64 },
 }

@@ -13,6 +13,9 @@ use crate::time::Nanos;
 impl Ledger {
     pub(super) fn acquire(&mut self, a: Acquire, now: Nanos) -> Result<Outcome, LedgerError> {
         self.check_holder_id(&a.holder_id)?;
+        if self.policies.get(&a.policy_id).is_some_and(|p| p.exact) {
+            return Err(LedgerError::ExactPolicy(a.policy_id));
+        }
         let leases_max = self.config.limits.leases_max;
         let holders_max = self.config.limits.holders_per_key_max;
         let (previous, params) = {

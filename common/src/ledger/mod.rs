@@ -20,6 +20,7 @@
 pub mod account;
 pub mod book;
 pub mod command;
+pub mod decide;
 pub mod entitlement;
 pub mod error;
 pub mod fair;
@@ -36,6 +37,7 @@ pub use book::{LeaseBook, LeaseRecord, LeaseState};
 pub use command::{
     Acquire, Budget, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease,
 };
+pub use decide::{Decide, DecideItem, Decided, Refund, Verdict, DECIDE_ITEMS_MAX};
 pub use error::LedgerError;
 pub use params::{
     LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, Level, PolicyParams, Role,
@@ -120,6 +122,10 @@ impl Ledger {
             Command::UpstreamGranted(u) => self.upstream_granted(u, now),
             Command::UpstreamReturn { key, units } => self.upstream_return(&key, units),
             Command::UpstreamClosed { key, released } => self.upstream_closed(&key, released),
+            Command::Decide(d) => Ok(Outcome::Decided(Box::new(self.decide(d, now)?))),
+            Command::Refund(r) => Ok(Outcome::Refunded {
+                units: self.refund(r, now)?,
+            }),
         }
     }
 

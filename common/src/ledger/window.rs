@@ -154,6 +154,13 @@ impl WindowSupply {
         self.free.saturating_sub(self.previous_weight(now))
     }
 
+    /// Units an exact decision may take at `now` (after [`roll`](Self::roll)): the free
+    /// allowance less the previous window's sliding weight. Unlike a grant, a decision is
+    /// spent at once, so the window's tail is no reason to refuse it.
+    pub fn decidable(&self, now: Nanos) -> u64 {
+        self.free.saturating_sub(self.previous_weight(now))
+    }
+
     /// `⌈previous × (end − now) / (end − start)⌉`: the previous window's consumption still
     /// inside the sliding span.
     fn previous_weight(&self, now: Nanos) -> u64 {

@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(t.lag_ns_at_end(990), 6);
         t.observe(40, 1_030);
         assert_eq!(t.lag_ns_at_end(990), 0);
-        assert_eq!(t.span(), Some((1_000, 1_014)));
+        assert_eq!(t.span(), Some((1_000, 1_030)));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
-    ensure_crypto_provider, server_tls_config, AuthMode, ChannelFactory, ChannelSettings,
-    ClientTransport, PeerIdentity, Role, TlsPaths,
+    cluster_member_id, ensure_crypto_provider, server_tls_config, AuthMode, ChannelFactory,
+    ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -116,6 +116,7 @@ fn security(cfg: &AllocatorConfig) -> Result<(TransportConfig, AuthMode), Server
     }
     .load()
     .map_err(|e| ServerError::Config(e.to_string()))?;
+    check_own_identity(cfg, &pem)?;
     let server = server_tls_config(&pem).map_err(|e| ServerError::Config(e.to_string()))?;
     let client = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(&pem.ca))
@@ -126,6 +127,21 @@ fn security(cfg: &AllocatorConfig) -> Result<(TransportConfig, AuthMode), Server
         ..TransportConfig::default()
     };
     Ok((transport, AuthMode::MutualTls))
+}
+
+/// A node's certificate must name it as its peers expect: `allocator/<cluster>-<node id>`.
+fn check_own_identity(cfg: &AllocatorConfig, pem: &TlsPem) -> Result<(), ServerError> {
+    let own = pem
+        .own_identity()
+        .map_err(|e| ServerError::Config(format!("tls.cert: {e}")))?;
+    if cluster_member_id(&own.identity, &cfg.cluster) != Some(cfg.node_id) {
+        return Err(ServerError::Config(format!(
+            "tls.cert names `{}`; node {} of cluster `{}` needs a certificate for `allocator/{}-{}` \
+             (leasectl certs init --allocators {}-{})",
+            own.identity, cfg.node_id, cfg.cluster, cfg.cluster, cfg.node_id, cfg.cluster, cfg.node_id
+        )));
+    }
+    Ok(())
 }
 
 /// Runs the node until `shutdown` flips to true.
@@ -174,6 +190,7 @@ pub async fn run(
                 .add_service(AdminServiceServer::new(admin))
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
+        raft_cluster: Some(cfg.cluster.clone()),
         ..NodeHooks::default()
     };
     let listener = tokio::net::TcpListener::bind(cfg.grpc_addr)

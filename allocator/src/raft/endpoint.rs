@@ -2,7 +2,7 @@
 //! services the node's hooks add, served on any stream of connections.
 
 use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
-use leasehold_proto::transport::{AuthMode, Role};
+use leasehold_proto::transport::{cluster_member_id, AuthMode, PeerIdentity, Role};
 use openraft::Raft;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -21,7 +21,7 @@ use super::types::TypeConfig;
 pub(super) fn serve<S, IO, IE>(
     config: &NodeConfig,
     transport: &TransportConfig,
-    (services, raft_auth): (Option<ServiceHook>, Option<AuthMode>),
+    (services, raft_auth, raft_cluster): (Option<ServiceHook>, Option<AuthMode>, Option<String>),
     raft: Raft<TypeConfig>,
     incoming: S,
     mut stop: watch::Receiver<bool>,
@@ -32,10 +32,18 @@ where
     IE: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let max = transport.message_len_max_bytes;
-    // Only peers with allocator certificates may replicate, vote or install snapshots.
-    let gate = move |req: tonic::Request<()>| match &raft_auth {
-        Some(auth) => auth.authorize(&req, &[Role::Allocator]).map(|_| req),
-        None => Ok(req),
+    // Only members of this cluster may replicate, vote or install snapshots: any other
+    // allocator of the deployment could otherwise inflate terms or append entries.
+    let metrics = raft.metrics();
+    let gate = move |req: tonic::Request<()>| {
+        let Some(auth) = &raft_auth else {
+            return Ok(req);
+        };
+        let caller = auth.authorize(&req, &[Role::Allocator])?;
+        if let (AuthMode::MutualTls, Some(cluster)) = (auth, &raft_cluster) {
+            check_member(&caller, cluster, &metrics.borrow())?;
+        }
+        Ok(req)
     };
     let service = InterceptedService::new(
         RaftServiceServer::new(RaftRpcService::new(raft))
@@ -65,4 +73,26 @@ where
             tracing::error!(node_id, error = %e, "raft endpoint failed");
         }
     }))
+}
+
+/// PERMISSION_DENIED unless `caller` is a node of `cluster` in the membership `m` holds
+/// (any node of the cluster while this node knows no membership yet: it is joining).
+fn check_member(
+    caller: &PeerIdentity,
+    cluster: &str,
+    m: &openraft::RaftMetrics<u64, super::types::NodeAddr>,
+) -> Result<(), tonic::Status> {
+    let Some(id) = cluster_member_id(caller, cluster) else {
+        return Err(tonic::Status::permission_denied(format!(
+            "`{caller}` is not a node of cluster `{cluster}` (its nodes are named `{cluster}-<node id>`)"
+        )));
+    };
+    let membership = m.membership_config.membership();
+    let knows_members = membership.nodes().next().is_some();
+    if knows_members && membership.get_node(&id).is_none() {
+        return Err(tonic::Status::permission_denied(format!(
+            "`{caller}` is not a member of cluster `{cluster}`"
+        )));
+    }
+    Ok(())
 }

@@ -37,6 +37,10 @@ pub struct NodeHooks {
     pub services: Option<ServiceHook>,
     /// When set, only callers this mode identifies as allocators may call Raft RPCs.
     pub raft_auth: Option<AuthMode>,
+    /// With `raft_auth`: the cluster whose members alone may call Raft RPCs, as their
+    /// certificates name them (`<cluster>-<node id>`, the node in the membership this node
+    /// knows, or any node of the cluster while it knows none yet).
+    pub raft_cluster: Option<String>,
 }
 
 /// Adds services to the router that serves the Raft endpoint.
@@ -49,6 +53,7 @@ impl Default for NodeHooks {
             time: SystemTimeSource::shared(),
             services: None,
             raft_auth: None,
+            raft_cluster: None,
         }
     }
 }
@@ -205,7 +210,7 @@ impl<M: Machine> RaftNode<M> {
         tasks.push(super::endpoint::serve(
             &config,
             &hooks.transport,
-            (hooks.services, hooks.raft_auth),
+            (hooks.services, hooks.raft_auth, hooks.raft_cluster),
             raft.clone(),
             incoming,
             stop.subscribe(),

@@ -2,7 +2,9 @@
 
 use tonic::{Request, Status};
 
-use super::identity::{identity_from_cert_der, validate_name, IdentityError, PeerIdentity, Role};
+use super::identity::{
+    identity_from_cert_der, validate_name, IdentityError, PeerIdentity, Role, DEFAULT_TRUST_DOMAIN,
+};
 
 /// How a server learns who its callers are.
 ///
@@ -44,7 +46,9 @@ impl AuthMode {
 ///
 /// UNAUTHENTICATED when the connection carries no client certificate (plaintext, or TLS
 /// without client auth) or the certificate names no valid identity. The certificate chain
-/// itself was verified against the client CA during the TLS handshake.
+/// itself was verified against the client CA during the TLS handshake. A certificate of
+/// another SPIFFE trust domain than [`DEFAULT_TRUST_DOMAIN`] names no one here, even when
+/// the same CA signed it.
 pub fn peer_identity<T>(req: &Request<T>) -> Result<PeerIdentity, Status> {
     let certs = req
         .peer_certs()
@@ -53,9 +57,28 @@ pub fn peer_identity<T>(req: &Request<T>) -> Result<PeerIdentity, Status> {
     let leaf = certs
         .first()
         .ok_or_else(|| unauthenticated(&IdentityError::NoCertificate))?;
-    identity_from_cert_der(leaf)
-        .map(|uri| uri.identity)
-        .map_err(|err| unauthenticated(&err))
+    let uri = identity_from_cert_der(leaf).map_err(|err| unauthenticated(&err))?;
+    if uri.trust_domain != DEFAULT_TRUST_DOMAIN {
+        return Err(Status::unauthenticated(format!(
+            "client identity: trust domain `{}` is not `{DEFAULT_TRUST_DOMAIN}`",
+            uri.trust_domain.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(uri.identity)
+}
+
+/// The node id of `identity` as a member of allocator cluster `cluster`: allocator
+/// certificates are named `<cluster>-<node id>`. None for any other name.
+pub fn cluster_member_id(identity: &PeerIdentity, cluster: &str) -> Option<u64> {
+    if identity.role != Role::Allocator {
+        return None;
+    }
+    let id = identity.name.strip_prefix(cluster)?.strip_prefix('-')?;
+    // Digits only: `global-01` and `global-+1` are not node 1.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || id.starts_with('0') {
+        return None;
+    }
+    id.parse().ok()
 }
 
 /// The caller's certificate identity if its role is one of `allowed`.

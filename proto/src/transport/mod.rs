@@ -51,7 +51,9 @@ mod pki_files;
 mod rustls_server;
 mod tls;
 
-pub use auth::{check_acts_as, check_role, peer_identity, require_role, AuthMode};
+pub use auth::{
+    check_acts_as, check_role, cluster_member_id, peer_identity, require_role, AuthMode,
+};
 pub use channel::{
     ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ConnectFn, ADDRESS_LEN_MAX,
 };

@@ -191,6 +191,7 @@ pub(super) async fn start_node(
                 .add_service(AdminServiceServer::new(admin))
         })),
         raft_auth: None,
+        raft_cluster: None,
     };
     let node = RaftNode::start_with_incoming(
         node_config(spec, cfg, shared),

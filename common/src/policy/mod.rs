@@ -145,6 +145,7 @@ mod diff;
 pub mod envoy;
 mod error;
 mod model;
+pub mod nesting;
 mod set;
 mod stored;
 mod units;
@@ -182,6 +183,7 @@ impl Policy {
                 text.len()
             )));
         }
+        nesting::check_nesting(text).map_err(PolicyError::Yaml)?;
         if envoy::is_ratelimit_yaml(text) {
             return Policy::from_ratelimit_yaml(text);
         }

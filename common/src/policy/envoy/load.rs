@@ -75,6 +75,10 @@ pub(super) fn parse_file(file: &str, text: &str) -> Result<DomainTree, EnvoyErro
             max: ENVOY_FILE_LEN_MAX,
         });
     }
+    crate::policy::nesting::check_nesting(text).map_err(|message| EnvoyError::Yaml {
+        file: file.to_owned(),
+        message,
+    })?;
     let raw: RawRoot = serde_norway::from_str(text).map_err(|e| EnvoyError::Yaml {
         file: file.to_owned(),
         message: e.to_string(),

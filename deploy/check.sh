@@ -2,7 +2,8 @@
 # Static checks of the deployment files, each skipped with its reason when its tool is
 # missing: the alert rules (promtool check and unit tests), the systemd units
 # (systemd-analyze verify), the Kubernetes manifests (kubectl kustomize, kubernetes-validate
-# against the Kubernetes schemas, check-references.py), the compose file, the Envoy configs
+# against the Kubernetes schemas, check-references.py, and an allocator pod's start-up command
+# run in the image), the compose file, the Envoy configs
 # (envoy --mode validate) and the Grafana dashboard (parses as JSON).
 #
 # Environment: PROMTOOL (a promtool binary; else the leasehold-prometheus image's),
@@ -21,12 +22,18 @@ promtool_cmd=()
 if [ -n "${PROMTOOL:-}" ] || command -v promtool >/dev/null 2>&1; then
     promtool_cmd=("${PROMTOOL:-promtool}")
     cd "$rules"
-elif docker image inspect leasehold-prometheus:local >/dev/null 2>&1; then
-    promtool_cmd=(docker run --rm --network none -v "$rules:/rules:ro" -w /rules
-        --entrypoint promtool leasehold-prometheus:local)
+elif command -v docker >/dev/null 2>&1; then
+    # build-images.sh tags it `local`; the compose test tags its build `e2e`.
+    for image in leasehold-prometheus:local leasehold-prometheus:e2e; do
+        if docker image inspect "$image" >/dev/null 2>&1; then
+            promtool_cmd=(docker run --rm --network none -v "$rules:/rules:ro" -w /rules
+                --entrypoint promtool "$image")
+            break
+        fi
+    done
 fi
 if [ ${#promtool_cmd[@]} -eq 0 ]; then
-    skip "no promtool and no leasehold-prometheus:local image (deploy/docker/build-images.sh)"
+    skip "no promtool and no leasehold-prometheus image (deploy/docker/build-images.sh)"
 else
     "${promtool_cmd[@]}" check rules leasehold-alerts.yml && ok "promtool check rules" \
         || fail "promtool check rules"
@@ -85,6 +92,59 @@ else
         fail "kubectl kustomize"
     fi
     rm -f "$rendered"
+fi
+
+echo "== Kubernetes allocator start-up in the image"
+# The StatefulSet's command and the root overlay's config template, run as the pod would
+# (non-root, read-only root filesystem, TLS files named as cert-manager writes them) with
+# the hostname of pod 1: the config is rendered with node id 2 and the node serves /healthz.
+image=""
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+    for candidate in leasehold:local leasehold:e2e; do
+        if docker image inspect "$candidate" >/dev/null 2>&1; then image="$candidate"; break; fi
+    done
+fi
+if [ -z "$image" ]; then
+    skip "no docker or no leasehold image (deploy/docker/build-images.sh)"
+elif [ ! -x "$venv/bin/python" ]; then
+    skip "no python with PyPI's yaml (the kubernetes-validate virtualenv)"
+else
+    pod="$(mktemp -d /tmp/leasehold-pod.XXXXXX)"
+    mkdir -p "$pod/tls" "$pod/template"
+    chmod 0777 "$pod"
+    peers=global-allocator-peers.leasehold.svc.cluster.local
+    docker run --rm --network none -v "$pod:/out" "$image" leasectl certs init --out /out/pki \
+        --allocators global --agents gw --admins ops \
+        --hosts "global-allocator-1.$peers,global-allocator.leasehold.svc.cluster.local" >/dev/null
+    cp "$pod/pki/ca.pem" "$pod/tls/ca.crt"
+    cp "$pod/pki/allocator-global.pem" "$pod/tls/tls.crt"
+    cp "$pod/pki/allocator-global-key.pem" "$pod/tls/tls.key"
+    chmod 0644 "$pod"/tls/*
+    cp "$here/kubernetes/overlays/root/allocator.yaml" "$pod/template/"
+    script="$("$venv/bin/python" -c 'import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+print(d["spec"]["template"]["spec"]["containers"][0]["command"][2])' \
+        "$here/kubernetes/base/allocator/statefulset.yaml")"
+    name="leasehold-pod-check-$$"
+    docker run -d --name "$name" --network none --hostname global-allocator-1 --read-only \
+        --tmpfs /run/leasehold --user 10001:10001 -v "$pod/tls:/etc/leasehold/tls:ro" \
+        -v "$pod/template:/etc/leasehold/template:ro" "$image" bash -c "$script" >/dev/null
+    healthy=""
+    for _ in $(seq 20); do
+        if docker exec "$name" leasehold-healthcheck 2>/dev/null; then healthy=1; break; fi
+        sleep 0.5
+    done
+    rendered="$(docker exec "$name" cat /run/leasehold/allocator.yaml 2>/dev/null)"
+    if [ -n "$healthy" ] && grep -q '^node_id: 2$' <<<"$rendered" &&
+        grep -q "global-allocator-1.$peers:7400" <<<"$rendered"; then
+        ok "pod global-allocator-1 renders node id 2 and serves /healthz ($image)"
+    else
+        docker logs "$name" 2>&1 | tail -n 5
+        fail "allocator pod start-up"
+    fi
+    docker rm -f -v "$name" >/dev/null 2>&1
+    docker run --rm --network none -v "$pod:/out" "$image" rm -rf /out/pki >/dev/null 2>&1
+    rm -rf "$pod"
 fi
 
 echo "== compose file"

@@ -31,6 +31,7 @@ pub fn router(metrics: Arc<AllocatorMetrics>, ready: ReadinessCheck) -> Router {
 }
 
 async fn render_metrics(State(h): State<Http>) -> impl IntoResponse {
+    h.metrics.ready.set(i64::from((h.ready)().is_ok()));
     (
         [(
             header::CONTENT_TYPE,
@@ -101,11 +102,13 @@ mod tests {
             r.starts_with("HTTP/1.1 503") && r.contains("no leader known"),
             "{r}"
         );
+        let m = get(addr, "/metrics").await;
+        assert!(m.contains("\nleasehold_ready 0\n"), "{m}");
         ready_flag.store(true, Ordering::SeqCst);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/metrics")
-            .await
-            .contains("leasehold_raft_is_leader"));
+        let m = get(addr, "/metrics").await;
+        assert!(m.contains("leasehold_raft_is_leader"), "{m}");
+        assert!(m.contains("\nleasehold_ready 1\n"), "{m}");
         tx.send(()).unwrap();
         server.await.unwrap().unwrap();
     }

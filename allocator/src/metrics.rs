@@ -183,6 +183,8 @@ pub struct AllocatorMetrics {
     pub raft_applied_index: Gauge,
     /// Last log index the node's newest snapshot covers (0: none yet).
     pub raft_snapshot_index: Gauge,
+    /// 1 while `/readyz` would answer 200, set at each scrape, so alerts need no HTTP probe.
+    pub ready: Gauge,
     /// gRPC handling time per method, in seconds.
     pub rpc_seconds: Family<Vec<(String, String)>, Histogram>,
 }
@@ -195,6 +197,7 @@ impl AllocatorMetrics {
         let raft_last_log_index = Gauge::default();
         let raft_applied_index = Gauge::default();
         let raft_snapshot_index = Gauge::default();
+        let ready = Gauge::default();
         let rpc_seconds = Family::<Vec<(String, String)>, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
         });
@@ -224,6 +227,11 @@ impl AllocatorMetrics {
             raft_snapshot_index.clone(),
         );
         registry.register(
+            "leasehold_ready",
+            "1 while the node knows a leader and has applied what was committed (/readyz)",
+            ready.clone(),
+        );
+        registry.register(
             "leasehold_rpc_duration_seconds",
             "gRPC handling time by method",
             rpc_seconds.clone(),
@@ -236,6 +244,7 @@ impl AllocatorMetrics {
             raft_last_log_index,
             raft_applied_index,
             raft_snapshot_index,
+            ready,
             rpc_seconds,
         }
     }

@@ -134,11 +134,13 @@ fn check_own_identity(cfg: &AllocatorConfig, pem: &TlsPem) -> Result<(), ServerE
     let own = pem
         .own_identity()
         .map_err(|e| ServerError::Config(format!("tls.cert: {e}")))?;
-    if cluster_member_id(&own.identity, &cfg.cluster) != Some(cfg.node_id) {
+    let named = own.identity.name == cfg.cluster
+        || cluster_member_id(&own.identity, &cfg.cluster) == Some(cfg.node_id);
+    if own.identity.role != Role::Allocator || !named {
         return Err(ServerError::Config(format!(
             "tls.cert names `{}`; node {} of cluster `{}` needs a certificate for `allocator/{}-{}` \
-             (leasectl certs init --allocators {}-{})",
-            own.identity, cfg.node_id, cfg.cluster, cfg.cluster, cfg.node_id, cfg.cluster, cfg.node_id
+             (leasectl certs init --allocators {}-{}) or the cluster's shared `allocator/{}`",
+            own.identity, cfg.node_id, cfg.cluster, cfg.cluster, cfg.node_id, cfg.cluster, cfg.node_id, cfg.cluster
         )));
     }
     Ok(())

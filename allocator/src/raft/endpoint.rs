@@ -76,15 +76,20 @@ where
 }
 
 /// PERMISSION_DENIED unless `caller` is a node of `cluster` in the membership `m` holds
-/// (any node of the cluster while this node knows no membership yet: it is joining).
+/// (any node of the cluster while this node knows no membership yet: it is joining). A
+/// certificate the cluster's nodes share (`<cluster>`) names no node, so it is heard as
+/// any member: per-node certificates are what keeps removed nodes out.
 fn check_member(
     caller: &PeerIdentity,
     cluster: &str,
     m: &openraft::RaftMetrics<u64, super::types::NodeAddr>,
 ) -> Result<(), tonic::Status> {
+    if caller.name == cluster {
+        return Ok(());
+    }
     let Some(id) = cluster_member_id(caller, cluster) else {
         return Err(tonic::Status::permission_denied(format!(
-            "`{caller}` is not a node of cluster `{cluster}` (its nodes are named `{cluster}-<node id>`)"
+            "`{caller}` is not a node of cluster `{cluster}` (its nodes are named `{cluster}-<node id>` or share `{cluster}`)"
         )));
     };
     let membership = m.membership_config.membership();

@@ -3,9 +3,11 @@
 //! An agent certificate acts only as the holder its certificate names. An allocator acts
 //! upstream for its whole cluster, whichever node leads it, so allocator holder ids are
 //! `alloc:<cluster>`, and only the certificates of that cluster's nodes (named
-//! `<cluster>-<node id>`) may use them. Admins hold no leases.
+//! `<cluster>-<node id>`, or `<cluster>` for a certificate its nodes share) may use them. Admins hold no leases.
 
-use leasehold_proto::transport::{check_acts_as, cluster_member_id, AuthMode, PeerIdentity, Role};
+use leasehold_proto::transport::{
+    check_acts_as, is_cluster_allocator, AuthMode, PeerIdentity, Role,
+};
 use tonic::{Request, Status};
 
 /// Prefix of holder ids that name an allocator cluster acting as a holder upstream.
@@ -24,7 +26,7 @@ pub fn holder_caller<T>(
     let caller = auth.authorize(req, &[Role::Agent, Role::Allocator])?;
     match caller.role {
         Role::Allocator => match holder_id.strip_prefix(ALLOCATOR_HOLDER_PREFIX) {
-            Some(cluster) if cluster_member_id(&caller, cluster).is_some() => Ok(caller),
+            Some(cluster) if is_cluster_allocator(&caller, cluster) => Ok(caller),
             _ => Err(Status::permission_denied(format!(
                 "allocator `{caller}` holds leases only as `{ALLOCATOR_HOLDER_PREFIX}<cluster>` \
                  of its own cluster (certificates are named `<cluster>-<node id>`)"

@@ -67,8 +67,15 @@ pub fn peer_identity<T>(req: &Request<T>) -> Result<PeerIdentity, Status> {
     Ok(uri.identity)
 }
 
-/// The node id of `identity` as a member of allocator cluster `cluster`: allocator
-/// certificates are named `<cluster>-<node id>`. None for any other name.
+/// Whether `identity` is an allocator of cluster `cluster`: a node's own certificate
+/// (`<cluster>-<node id>`) or one certificate shared by the cluster's nodes (`<cluster>`).
+pub fn is_cluster_allocator(identity: &PeerIdentity, cluster: &str) -> bool {
+    identity.role == Role::Allocator
+        && (identity.name == cluster || cluster_member_id(identity, cluster).is_some())
+}
+
+/// The node id of `identity` as a member of allocator cluster `cluster`: a node's own
+/// certificate is named `<cluster>-<node id>`. None for any other name.
 pub fn cluster_member_id(identity: &PeerIdentity, cluster: &str) -> Option<u64> {
     if identity.role != Role::Allocator {
         return None;
@@ -121,4 +128,36 @@ pub fn check_acts_as(identity: &PeerIdentity, holder_id: &str) -> Result<(), Sta
 
 fn unauthenticated(err: &IdentityError) -> Status {
     Status::unauthenticated(format!("client identity: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocator(name: &str) -> PeerIdentity {
+        PeerIdentity::new(Role::Allocator, name).unwrap()
+    }
+
+    #[test]
+    fn allocator_names_tie_a_certificate_to_one_cluster() {
+        assert_eq!(cluster_member_id(&allocator("global-3"), "global"), Some(3));
+        assert_eq!(cluster_member_id(&allocator("eu-1-2"), "eu-1"), Some(2));
+        for (name, cluster) in [
+            ("eu-1-2", "eu"),
+            ("eu-12", "eu-1"),
+            ("global-01", "global"),
+            ("global-", "global"),
+            ("global", "global"),
+        ] {
+            assert_eq!(
+                cluster_member_id(&allocator(name), cluster),
+                None,
+                "{name} in {cluster}"
+            );
+        }
+        assert!(is_cluster_allocator(&allocator("global"), "global"));
+        assert!(!is_cluster_allocator(&allocator("globalx"), "global"));
+        let agent = PeerIdentity::new(Role::Agent, "global-1").unwrap();
+        assert!(!is_cluster_allocator(&agent, "global"));
+    }
 }

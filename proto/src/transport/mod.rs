@@ -52,7 +52,8 @@ mod rustls_server;
 mod tls;
 
 pub use auth::{
-    check_acts_as, check_role, cluster_member_id, peer_identity, require_role, AuthMode,
+    check_acts_as, check_role, cluster_member_id, is_cluster_allocator, peer_identity,
+    require_role, AuthMode,
 };
 pub use channel::{
     ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ConnectFn, ADDRESS_LEN_MAX,

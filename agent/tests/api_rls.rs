@@ -1,6 +1,7 @@
 //! The agent's Envoy RLS and HTTP APIs over real sockets, and the standalone binary.
 
-use leasehold_agent::api::{http, rls::RlsServer};
+use leasehold_agent::api::http;
+use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::time::{Clock, SystemClock};
@@ -9,7 +10,6 @@ use leasehold_proto::envoy::extensions::common::ratelimit::v3::{
 };
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{rate_limit::Unit, Code};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ async fn start_rls() -> SocketAddr {
     let (engine, clock) = engine();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let svc = RateLimitServiceServer::new(RlsServer::new(engine, clock, true));
+    let svc = rls_service(RlsServer::new(engine, clock, true));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(svc)
@@ -313,4 +313,31 @@ async fn native_admit_charges_all_dimensions_or_none() {
     assert_eq!(r.results[0].remaining, 0);
     let err = c.admit(pb::AdmitRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}
+
+/// A message over the size bound is refused before it is buffered whole: one connection
+/// of many streams cannot pin megabytes each.
+#[tokio::test]
+async fn a_message_over_the_size_bound_is_refused() {
+    use leasehold_agent::api::listen::GRPC_MESSAGE_LEN_MAX;
+    let addr = start_rls().await;
+    let mut c = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let big = "x".repeat(GRPC_MESSAGE_LEN_MAX);
+    let refused = c
+        .should_rate_limit(request(vec![descriptor(&[("tenant", &big)], None)], 1))
+        .await
+        .expect_err("a message over the bound");
+    assert!(
+        matches!(
+            refused.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{refused:?}"
+    );
+    let fine = c
+        .should_rate_limit(request(vec![descriptor(&[("tenant", "web")], None)], 1))
+        .await;
+    assert!(fine.is_ok(), "the connection still serves: {fine:?}");
 }

@@ -6,7 +6,7 @@ use crate::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::leasehold::v1::admit_service_server::AdmitService;
+use leasehold_proto::leasehold::v1::admit_service_server::{AdmitService, AdmitServiceServer};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -20,6 +20,12 @@ const RULES: DimensionRules = DimensionRules {
     entries_max: ADMIT_ENTRIES_MAX,
     target_rule: "set exactly one of policy_id or domain",
 };
+
+/// `server` as a gRPC service that refuses messages over
+/// [`GRPC_MESSAGE_LEN_MAX`](super::listen::GRPC_MESSAGE_LEN_MAX) before buffering them.
+pub fn admit_service(server: AdmitServer) -> AdmitServiceServer<AdmitServer> {
+    AdmitServiceServer::new(server).max_decoding_message_size(super::listen::GRPC_MESSAGE_LEN_MAX)
+}
 
 pub struct AdmitServer {
     gate: Arc<ExactGate>,

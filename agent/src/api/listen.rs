@@ -22,9 +22,13 @@ use tonic::transport::Server;
 pub const LISTEN_ADDR_LEN_MAX: usize = 255;
 
 /// Concurrent calls one gRPC connection may have open. Envoy multiplexes every worker's
-/// rate-limit calls over few connections, so this is generous; it bounds the memory one
-/// peer can pin.
-pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+/// rate-limit calls over few connections, so this is generous; with
+/// [`GRPC_MESSAGE_LEN_MAX`] it bounds the memory one connection can pin (16 MiB).
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 256;
+/// Largest request message accepted on the agent's gRPC services, in bytes; larger ones
+/// are refused before they are buffered whole. A rate-limit or admission request with the
+/// most descriptors and entries the agent accepts is a few KiB.
+pub const GRPC_MESSAGE_LEN_MAX: usize = 64 * 1024;
 /// HTTP/2 flow-control window of one gRPC call, in bytes. Rate-limit messages are tens of
 /// bytes, so a fixed window this size never stalls a call and no window probing is needed.
 pub const GRPC_STREAM_WINDOW_BYTES: u32 = 1 << 20;

@@ -16,7 +16,9 @@ use leasehold_proto::envoy::config::core::v3::HeaderValue;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
 };
-use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use leasehold_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -29,6 +31,13 @@ pub const ENTRIES_MAX: usize = 16;
 /// Entries of a descriptor viewed without a heap allocation; Envoy descriptors rarely have
 /// more than a handful.
 const ENTRIES_INLINE: usize = 4;
+
+/// `server` as a gRPC service that refuses messages over
+/// [`GRPC_MESSAGE_LEN_MAX`](super::listen::GRPC_MESSAGE_LEN_MAX) before buffering them.
+pub fn rls_service(server: RlsServer) -> RateLimitServiceServer<RlsServer> {
+    RateLimitServiceServer::new(server)
+        .max_decoding_message_size(super::listen::GRPC_MESSAGE_LEN_MAX)
+}
 
 pub struct RlsServer {
     engine: Arc<Engine>,

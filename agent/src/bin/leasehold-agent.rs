@@ -12,10 +12,12 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use leasehold_agent::api::admit::{admit_service, AdmitServer};
+use leasehold_agent::api::http;
 use leasehold_agent::api::listen::{
     grpc_server, http_tls_config, serve_grpc, serve_http, Listener,
 };
-use leasehold_agent::api::{admit::AdmitServer, http, rls::RlsServer};
+use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_agent::exact::ExactGate;
@@ -26,8 +28,6 @@ use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
 use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -287,12 +287,12 @@ async fn run() -> Result<()> {
     if tls.is_none() && cfg.listen_insecure {
         tracing::warn!(addr = %cfg.grpc_addr, "serving gRPC in PLAINTEXT to other hosts (listen_insecure)");
     }
-    let rls = RateLimitServiceServer::new(RlsServer::new(
+    let rls = rls_service(RlsServer::new(
         Arc::clone(&engine),
         clock.clone(),
         cfg.response_headers,
     ));
-    let admit = AdmitServiceServer::new(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
+    let admit = admit_service(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
     let grpc = grpc_server(tls.as_ref())?
         .add_service(rls)
         .add_service(admit);

@@ -80,6 +80,7 @@ fn watch_event_oneof_round_trips() {
 const METHODS: &[(&str, &[(&str, bool)])] = &[
     ("leasehold.v1.LeaseService", &[
         ("Acquire", false), ("Report", false), ("Release", false), ("Watch", true),
+        ("Decide", false), ("Refund", false),
     ]),
     ("leasehold.v1.AdmitService", &[("Admit", false)]),
     ("leasehold.v1.AdminService", &[
@@ -123,8 +124,8 @@ fn leasehold_files(d: &Descriptors) -> Vec<&FileDescriptorProto> {
         .collect();
     assert_eq!(
         files.len(),
-        8,
-        "common, lease, admit, raft, admin and its three message files"
+        9,
+        "common, lease, decide, admit, raft, admin and its three message files"
     );
     files
 }

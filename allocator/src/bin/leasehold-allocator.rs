@@ -37,15 +37,20 @@ struct Args {
     log_json: bool,
 }
 
-/// The log filter when `RUST_LOG` is unset.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
+/// The log filter when `RUST_LOG` is unset. openraft's replication streams log every failed
+/// RPC (at ERROR and WARN) every heartbeat while a peer is down or slow; the node's own
+/// Raft transport logs a peer that stops answering once, at WARN, and once more when it
+/// answers again.
+const DEFAULT_LOG_FILTER: &str =
+    "info,openraft=warn,openraft::replication=off,openraft::engine::handler::replication_handler=error";
 
 fn init_tracing(json: bool) {
     // openraft logs whole states at INFO, on many lines; its warnings and errors are kept.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    // Colour codes only for a terminal: a log file or collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Colour codes only for a terminal: a log file or collector gets plain text. The log
+    // goes to standard output, so that is the stream to ask.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi);

@@ -282,9 +282,25 @@ impl ProcCluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Err(ChaosError::Timeout {
-            what: "a leader with every running node caught up".into(),
+            what: format!(
+                "a leader with every running node caught up; the nodes' last log lines:\n{}",
+                self.log_tails()
+            ),
             waited_ms: wait_ms,
         })
+    }
+
+    /// The last few lines of every node's log, for a failure message.
+    fn log_tails(&self) -> String {
+        const LINES: usize = 5;
+        let mut out = String::new();
+        for n in &self.nodes {
+            let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+            out.push_str(&format!("global-{}:\n{tail}\n", n.id));
+        }
+        out
     }
 
     /// Applies a policy through whichever node takes it.

@@ -13,8 +13,13 @@
 //! [`net`] runs the production allocator service and agent lease manager on a simulated
 //! network and clock (turmoil), with partitions, latency changes and agent crashes drawn
 //! from a seed.
+//!
+//! [`chaos`] runs the built binaries themselves as OS processes (a 3-node mutual-TLS
+//! cluster and agents) and injects seeded faults with signals, a network namespace and
+//! libfaketime; it also measures failover (`leasehold-chaos`).
 
 pub mod bound;
+pub mod chaos;
 pub mod error;
 pub mod hierarchy;
 pub mod live;

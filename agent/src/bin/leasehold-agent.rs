@@ -35,6 +35,20 @@ use std::sync::Arc;
 /// How many allocator addresses a lease call tries before the grantor counts as unreachable.
 const GRANTOR_ATTEMPTS: usize = 3;
 
+/// Connections to the allocators. A lease call is one Raft commit, normally answered in
+/// milliseconds; a node that is stopped or cut off without a reset (SIGSTOP, a partition
+/// dropping packets) must cost a holder well under its refresh horizon before it tries the
+/// next node, so each call waits at most a second and a silent connection is dropped after
+/// 250 + 500 ms. A call cut short is retried with the same request id, which the ledger
+/// answers with its first outcome.
+const GRANTOR_CHANNEL: ChannelSettings = ChannelSettings {
+    connect_timeout_ms: 500,
+    request_timeout_ms: 1_000,
+    channels_max: 64,
+    keepalive_interval_ms: 250,
+    keepalive_timeout_ms: 500,
+};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "leasehold-agent",
@@ -188,7 +202,7 @@ fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
     if cfg.insecure {
         tracing::warn!("talking to the allocators in PLAINTEXT (insecure): development only");
     }
-    let channels = ChannelFactory::new(ChannelSettings::default(), cfg.allocator_transport()?)
+    let channels = ChannelFactory::new(GRANTOR_CHANNEL, cfg.allocator_transport()?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Arc::new(RemoteGrantor::new(
         channels,
@@ -237,7 +251,7 @@ async fn run() -> Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
     let policies = load_policies(&cfg)?;

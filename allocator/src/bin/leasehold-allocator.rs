@@ -37,22 +37,43 @@ struct Args {
     log_json: bool,
 }
 
-/// The log filter when `RUST_LOG` is unset.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
+/// The log filter when `RUST_LOG` is unset. openraft's replication streams log every failed
+/// RPC (at ERROR and WARN) every heartbeat while a peer is down or slow; the node's own
+/// Raft transport logs a peer that stops answering once, at WARN, and once more when it
+/// answers again.
+const DEFAULT_LOG_FILTER: &str =
+    "info,openraft=warn,openraft::replication=off,openraft::engine::handler::replication_handler=error";
+
+/// openraft's ERROR line for each vote request and each leadership check that a peer did
+/// not answer (its only ERROR events carrying both a `target` peer and an `error`): while a
+/// peer is down that is one line per election round or per linearizable read. The node's
+/// Raft transport reports the peer once instead.
+fn is_peer_call_error(m: &tracing::Metadata<'_>) -> bool {
+    m.target() == "openraft::core::raft_core"
+        && *m.level() == tracing::Level::ERROR
+        && m.fields().field("target").is_some()
+        && m.fields().field("error").is_some()
+}
 
 fn init_tracing(json: bool) {
+    use tracing_subscriber::prelude::*;
     // openraft logs whole states at INFO, on many lines; its warnings and errors are kept.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    // Colour codes only for a terminal: a log file or collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
+    // An explicit RUST_LOG shows everything it asks for, the per-call lines included.
+    let (filter, quiet) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, false),
+        Err(_) => (tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER), true),
+    };
+    let keep = tracing_subscriber::filter::filter_fn(move |m| !(quiet && is_peer_call_error(m)));
+    // Colour codes only for a terminal: a log file or collector gets plain text. The log
+    // goes to standard output, so that is the stream to ask.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let registry = tracing_subscriber::registry().with(filter);
     if json {
-        builder.json().init();
+        let layer = tracing_subscriber::fmt::layer().json().with_ansi(ansi);
+        registry.with(layer.with_filter(keep)).init();
     } else {
-        builder.init();
+        let layer = tracing_subscriber::fmt::layer().with_ansi(ansi);
+        registry.with(layer.with_filter(keep)).init();
     }
 }
 

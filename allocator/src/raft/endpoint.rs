@@ -17,6 +17,13 @@ use super::node::ServiceHook;
 use super::service::RaftRpcService;
 use super::types::TypeConfig;
 
+/// Streams a client may reset before this server has accepted them, per connection, before
+/// the connection is closed with `GOAWAY(ENHANCE_YOUR_CALM)` (h2's guard against rapid
+/// resets; its default is 20). A peer continued after SIGSTOP, or starved of CPU, finds up
+/// to [`PEER_CALLS_IN_FLIGHT_MAX`](super::peer_calls::PEER_CALLS_IN_FLIGHT_MAX) timed-out
+/// calls from each other node waiting at once; every caller is authenticated by mutual TLS.
+pub const PENDING_ACCEPT_RESETS_MAX: usize = 256;
+
 /// Serves the Raft endpoint on the connections of `incoming` until `stop` turns true.
 pub(super) fn serve<S, IO, IE>(
     config: &NodeConfig,
@@ -51,7 +58,8 @@ where
             .max_encoding_message_size(max),
         gate,
     );
-    let mut server = tonic::transport::Server::builder();
+    let mut server = tonic::transport::Server::builder()
+        .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS_MAX));
     if let Some(tls) = &transport.server_tls {
         server = server
             .tls_config(tls.clone())

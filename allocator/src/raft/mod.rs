@@ -58,6 +58,7 @@ mod endpoint;
 pub mod machine;
 pub mod network;
 pub mod node;
+pub mod peer_calls;
 pub mod peers;
 pub mod service;
 pub mod time;

@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint, ServerTlsConfig};
 
+use super::peer_calls::PeerCalls;
 use super::types::{NodeAddr, TypeConfig};
 
 /// Adjusts every peer endpoint before it connects (keep-alive, proxies, custom TLS, ...).
@@ -106,8 +107,11 @@ impl TransportConfig {
 pub struct NetworkFactory {
     node_id: u64,
     transport: TransportConfig,
-    channels: Arc<Mutex<HashMap<u64, (String, Channel)>>>,
+    channels: Arc<Mutex<HashMap<u64, Peer>>>,
 }
+
+/// A peer's address, its shared channel and its calls' shared state.
+type Peer = (String, Channel, Arc<PeerCalls>);
 
 impl NetworkFactory {
     /// A factory for the node `node_id`.
@@ -119,12 +123,16 @@ impl NetworkFactory {
         }
     }
 
-    fn channel(&self, target: u64, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    fn channel(
+        &self,
+        target: u64,
+        addr: &str,
+    ) -> Result<(Channel, Arc<PeerCalls>), tonic::transport::Error> {
         // Only map lookups happen under the lock; lazy connecting does no I/O.
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((known, channel)) = channels.get(&target) {
+        if let Some((known, channel, calls)) = channels.get(&target) {
             if known == addr {
-                return Ok(channel.clone());
+                return Ok((channel.clone(), Arc::clone(calls)));
             }
         }
         let endpoint = self.transport.endpoint(addr)?;
@@ -132,8 +140,12 @@ impl NetworkFactory {
             Some(connect) => connect(&endpoint),
             None => endpoint.connect_lazy(),
         };
-        channels.insert(target, (addr.to_string(), channel.clone()));
-        Ok(channel)
+        let calls = PeerCalls::new(target, addr);
+        channels.insert(
+            target,
+            (addr.to_string(), channel.clone(), Arc::clone(&calls)),
+        );
+        Ok((channel, calls))
     }
 }
 
@@ -141,11 +153,12 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &NodeAddr) -> PeerClient {
-        let client = self.channel(target, &node.addr).map(|channel| {
+        let client = self.channel(target, &node.addr).map(|(channel, calls)| {
             let max = self.transport.message_len_max_bytes;
-            RaftServiceClient::new(channel)
+            let client = RaftServiceClient::new(channel)
                 .max_decoding_message_size(max)
-                .max_encoding_message_size(max)
+                .max_encoding_message_size(max);
+            (client, calls)
         });
         PeerClient {
             node_id: self.node_id,
@@ -161,8 +174,9 @@ pub struct PeerClient {
     node_id: u64,
     target: u64,
     node: NodeAddr,
-    /// The client, or why the peer's address could not be turned into an endpoint.
-    client: Result<RaftServiceClient<Channel>, String>,
+    /// The client and the peer's shared call state, or why the peer's address could not be
+    /// turned into an endpoint.
+    client: Result<(RaftServiceClient<Channel>, Arc<PeerCalls>), String>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<u64, NodeAddr, RaftError<u64, E>>>;
@@ -183,8 +197,8 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
-        let client = match &self.client {
-            Ok(client) => client.clone(),
+        let (client, calls) = match &self.client {
+            Ok((client, calls)) => (client.clone(), Arc::clone(calls)),
             Err(reason) => {
                 let failure = TransportFailure(format!(
                     "peer {} address {:?} is unusable: {reason}",
@@ -194,17 +208,22 @@ impl PeerClient {
             }
         };
         let data = postcard::to_allocvec(req).map_err(|e| network_error(&e))?;
-        let mut request = tonic::Request::new(RaftBytes { data });
-        request.set_timeout(ttl);
+        // No `grpc-timeout`: tonic enforces it on the client too, by resetting the stream,
+        // which is what detaching the call avoids (see `peer_calls`).
+        let request = tonic::Request::new(RaftBytes { data });
         let timeout = Timeout {
             action,
             id: self.node_id,
             target: self.target,
             timeout: ttl,
         };
-        let reply = tokio::time::timeout(ttl, send(client, action, request))
+        let reply = tokio::time::timeout(ttl, calls.detached(ttl, send(client, action, request)))
             .await
             .map_err(|_| RPCError::Timeout(timeout))?
+            .ok_or_else(|| {
+                let failure = TransportFailure(format!("peer {} is not answering", self.target));
+                RPCError::Unreachable(Unreachable::new(&failure))
+            })?
             .map_err(|status| status_error(&status))?;
         let answer: Result<Resp, RaftError<u64, E>> =
             postcard::from_bytes(&reply.into_inner().data).map_err(|e| network_error(&e))?;

@@ -1,0 +1,343 @@
+//! A 3-node root allocator cluster of real `leasehold-allocator` processes with mutual TLS
+//! from a development PKI: start, SIGKILL, SIGSTOP/SIGCONT and restart any node, find the
+//! leader, and read each node's ledger figures from its `/metrics`.
+
+use super::error::ChaosError;
+use super::procs::{free_port, Binaries, Proc, Signal};
+use crate::live::scrape::{fetch_metrics, parse_figures, ClusterFigures};
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, DevPki, Role};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Identity of the operator the harness acts as.
+pub const ADMIN_NAME: &str = "chaos";
+/// How long a node may take to answer an admin call during a fault, in milliseconds.
+const ADMIN_CALL_TIMEOUT_MS: u64 = 1_000;
+/// How long a node may take to exit on SIGTERM before it is killed, in milliseconds.
+const NODE_STOP_WAIT_MS: u64 = 10_000;
+
+/// One allocator node: its identity, addresses and the process while it runs.
+pub struct Node {
+    pub id: u64,
+    pub grpc_addr: String,
+    pub http_addr: String,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    pub proc: Option<Proc>,
+    /// SIGSTOPped and not yet continued.
+    pub stopped: bool,
+}
+
+/// The cluster and the files it runs from.
+pub struct ProcCluster {
+    pub dir: PathBuf,
+    pub nodes: Vec<Node>,
+    bins: Binaries,
+    admin: ChannelFactory,
+}
+
+/// Where the nodes listen and how their Raft is timed.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub nodes: u64,
+    /// Address the gRPC listeners bind and advertise: `127.0.0.1`, or the host's end of a
+    /// namespace's veth pair when an agent in that namespace must reach them (and follow
+    /// the leader's advertised address).
+    pub listen_ip: String,
+    /// The config's `raft:` mapping; None keeps the product defaults, which is what a
+    /// failover measurement should see.
+    pub raft_yaml: Option<String>,
+    pub tick_ms: u64,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            nodes: 3,
+            listen_ip: "127.0.0.1".into(),
+            raft_yaml: None,
+            tick_ms: 100,
+        }
+    }
+}
+
+fn node_yaml(dir: &Path, spec: &ClusterSpec, id: u64, ports: &[(u16, u16)]) -> String {
+    let (grpc, http) = ports[id as usize - 1];
+    let bootstrap: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _))| format!("{{id: {}, addr: \"{}:{p}\"}}", i + 1, spec.listen_ip))
+        .collect();
+    let (c, d) = (dir.join("certs"), dir.join(format!("global-{id}")));
+    let raft = spec
+        .raft_yaml
+        .as_ref()
+        .map_or(String::new(), |r| format!("raft: {r}\n"));
+    format!(
+        "node_id: {id}\ncluster: global\ngrpc_addr: {ip}:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
+         advertise_addr: {ip}:{grpc}\ndata_dir: {d}\nsigning_key: {key}\n\
+         bootstrap: [{bootstrap}]\n\
+         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-global-{id}.pem, key: {c}/allocator-global-{id}-key.pem}}\n\
+         {raft}tick_ms: {tick}\n",
+        ip = spec.listen_ip,
+        d = d.display(),
+        key = dir.join("global-lease-key.p8").display(),
+        bootstrap = bootstrap.join(", "),
+        c = c.display(),
+        tick = spec.tick_ms,
+    )
+}
+
+/// Client channels with `name`'s certificate; short timeouts so a stopped node costs a
+/// caller at most a second.
+pub fn channels(pki: &DevPki, role: Role, name: &str) -> Result<ChannelFactory, ChaosError> {
+    let pem = pki
+        .tls_pem(role, name)
+        .ok_or_else(|| ChaosError::Pki(format!("no {role:?} certificate named {name}")))?;
+    let transport = ClientTransport::MutualTls {
+        pem,
+        server_name: Some("localhost".into()),
+    };
+    let settings = ChannelSettings {
+        connect_timeout_ms: ADMIN_CALL_TIMEOUT_MS,
+        request_timeout_ms: ADMIN_CALL_TIMEOUT_MS,
+        keepalive_interval_ms: 500,
+        keepalive_timeout_ms: ADMIN_CALL_TIMEOUT_MS,
+        ..ChannelSettings::default()
+    };
+    ChannelFactory::new(settings, transport).map_err(|e| ChaosError::Pki(e.to_string()))
+}
+
+impl ProcCluster {
+    /// Writes configs for `spec.nodes` nodes into `dir` (whose `certs/` holds `pki`) and
+    /// starts them all.
+    pub fn start(
+        dir: &Path,
+        bins: &Binaries,
+        pki: &DevPki,
+        spec: &ClusterSpec,
+    ) -> Result<ProcCluster, ChaosError> {
+        let ports: Vec<(u16, u16)> = (0..spec.nodes)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<Result<_, ChaosError>>()?;
+        let mut nodes = Vec::new();
+        for id in 1..=spec.nodes {
+            let config = dir.join(format!("global-{id}.yaml"));
+            std::fs::write(&config, node_yaml(dir, spec, id, &ports))
+                .map_err(ChaosError::io(format!("writing {}", config.display())))?;
+            let (grpc, http) = ports[id as usize - 1];
+            nodes.push(Node {
+                id,
+                grpc_addr: format!("{}:{grpc}", spec.listen_ip),
+                http_addr: format!("127.0.0.1:{http}"),
+                config,
+                log: dir.join(format!("global-{id}.log")),
+                proc: None,
+                stopped: false,
+            });
+        }
+        let mut cluster = ProcCluster {
+            dir: dir.to_path_buf(),
+            nodes,
+            bins: bins.clone(),
+            admin: channels(pki, Role::Admin, ADMIN_NAME)?,
+        };
+        for id in 1..=spec.nodes {
+            cluster.launch(id)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        &self.nodes[id as usize - 1]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// The gRPC addresses of every node, for agents.
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.grpc_addr.clone()).collect()
+    }
+
+    /// Starts node `id` (again) from its config and data directory.
+    pub fn launch(&mut self, id: u64) -> Result<(), ChaosError> {
+        let bin = self.bins.allocator.clone();
+        let node = self.node_mut(id);
+        let mut cmd = Command::new(bin);
+        cmd.arg("-c").arg(&node.config);
+        node.proc = Some(Proc::spawn(&format!("global-{id}"), cmd, &node.log)?);
+        node.stopped = false;
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown, no flush beyond what was acknowledged.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(p) = self.node_mut(id).proc.take() {
+            p.kill();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self, id: u64) -> bool {
+        self.node_mut(id)
+            .proc
+            .take()
+            .is_none_or(|p| p.terminate(NODE_STOP_WAIT_MS))
+    }
+
+    pub fn pause(&mut self, id: u64) -> Result<(), ChaosError> {
+        let node = self.node_mut(id);
+        if let Some(p) = &node.proc {
+            p.signal(Signal::Stop)?;
+            node.stopped = true;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&mut self, id: u64) -> Result<(), ChaosError> {
+        let node = self.node_mut(id);
+        if let Some(p) = &node.proc {
+            p.signal(Signal::Cont)?;
+        }
+        node.stopped = false;
+        Ok(())
+    }
+
+    /// Running and not stopped.
+    pub fn is_up(&self, id: u64) -> bool {
+        let n = self.node(id);
+        n.proc.is_some() && !n.stopped
+    }
+
+    /// A node that exited on its own, with the tail of its log.
+    pub fn crashed(&mut self) -> Option<(u64, String)> {
+        for n in &mut self.nodes {
+            if let Some(p) = n.proc.as_mut() {
+                if let Some(status) = p.exited() {
+                    let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                    let tail: String = log.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+                    return Some((n.id, format!("{status}; log (newest first):\n{tail}")));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn admin(
+        &self,
+        id: u64,
+    ) -> Result<AdminServiceClient<tonic::transport::Channel>, ChaosError> {
+        let channel = self
+            .admin
+            .channel(&self.node(id).grpc_addr)
+            .map_err(|e| ChaosError::process(format!("global-{id}"), e))?;
+        Ok(AdminServiceClient::new(channel))
+    }
+
+    /// The node that says it leads in the newest term any node names; None during an
+    /// election. Followers answer status calls with a pointer to the leader, and a
+    /// restarted node names itself from its stored vote until it hears of a newer term, so
+    /// the newest term decides.
+    pub async fn leader(&self) -> Option<u64> {
+        let mut best: Option<(u64, u64)> = None;
+        for n in self.nodes.iter().filter(|n| self.is_up(n.id)) {
+            let Ok(mut admin) = self.admin(n.id) else {
+                continue;
+            };
+            if let Ok(s) = admin.cluster_status(pb::ClusterStatusRequest {}).await {
+                let s = s.into_inner();
+                if s.leader_id == n.id && best.is_none_or(|(term, _)| s.term > term) {
+                    best = Some((s.term, n.id));
+                }
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Waits until some node leads and every running node reports it caught up (each voter
+    /// healthy in the leader's view).
+    pub async fn wait_healthy(&self, wait_ms: u64) -> Result<u64, ChaosError> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(wait_ms) {
+            if let Some(leader) = self.leader().await {
+                if let Ok(mut admin) = self.admin(leader) {
+                    if let Ok(s) = admin.cluster_status(pb::ClusterStatusRequest {}).await {
+                        let s = s.into_inner();
+                        let all = s
+                            .members
+                            .iter()
+                            .filter(|m| self.is_up(m.node_id))
+                            .all(|m| m.healthy);
+                        if all && s.members.len() as u64 == self.nodes.len() as u64 {
+                            return Ok(leader);
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ChaosError::Timeout {
+            what: format!(
+                "a leader with every running node caught up; the nodes' last log lines:\n{}",
+                self.log_tails()
+            ),
+            waited_ms: wait_ms,
+        })
+    }
+
+    /// The last few lines of every node's log, for a failure message.
+    fn log_tails(&self) -> String {
+        const LINES: usize = 5;
+        let mut out = String::new();
+        for n in &self.nodes {
+            let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+            out.push_str(&format!("global-{}:\n{tail}\n", n.id));
+        }
+        out
+    }
+
+    /// Applies a policy through whichever node takes it.
+    pub async fn apply_policy(&self, yaml: &str, wait_ms: u64) -> Result<(), ChaosError> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < Duration::from_millis(wait_ms) {
+            for n in &self.nodes {
+                let req = pb::ApplyPolicyRequest {
+                    yaml: yaml.to_string(),
+                    ..Default::default()
+                };
+                match self.admin(n.id)?.apply_policy(req).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = e.message().to_string(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ChaosError::Timeout {
+            what: format!("the cluster to accept the policy (last: {last})"),
+            waited_ms: wait_ms,
+        })
+    }
+
+    /// Each running node's ledger figures for `policy_id`, as its `/metrics` shows them.
+    pub async fn figures(&self, policy_id: &str) -> Vec<(u64, Result<ClusterFigures, String>)> {
+        let mut out = Vec::new();
+        for n in self.nodes.iter().filter(|n| self.is_up(n.id)) {
+            let name = format!("global-{}", n.id);
+            let page = fetch_metrics(&name, &n.http_addr).await;
+            out.push((
+                n.id,
+                page.map(|t| parse_figures(&t, policy_id))
+                    .map_err(|e| e.to_string()),
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,153 @@
+//! The faults a chaos run draws from its seed, and how each is injected and healed on the
+//! processes of a [`World`].
+
+use super::agents::Agent;
+use super::cluster::ProcCluster;
+use super::error::ChaosError;
+use super::netns::Netns;
+use super::procs::{Binaries, Signal};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// Everything a fault can touch.
+pub struct World {
+    pub bins: Binaries,
+    pub cluster: ProcCluster,
+    pub agents: Vec<Agent>,
+    pub netns: Option<Netns>,
+    /// Index of the agent in the namespace, and of the one under libfaketime.
+    pub netns_agent: Option<usize>,
+    pub faketime_agent: Option<usize>,
+}
+
+/// One fault and what it hit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Fault {
+    /// SIGKILL of the leader, restarted at heal.
+    LeaderKill {
+        node: u64,
+    },
+    /// SIGSTOP of the leader, SIGCONT at heal.
+    LeaderStop {
+        node: u64,
+    },
+    FollowerKill {
+        node: u64,
+    },
+    /// SIGKILL of two of the three nodes: no quorum until heal restarts them.
+    QuorumLoss {
+        nodes: [u64; 2],
+    },
+    AgentKill {
+        agent: usize,
+    },
+    AgentStop {
+        agent: usize,
+    },
+    /// The namespaced agent cut off from every allocator.
+    Partition {
+        agent: usize,
+    },
+    /// The faked wall clock of one agent stepped by this many seconds (and left there).
+    ClockStep {
+        agent: usize,
+        step_s: i64,
+    },
+}
+
+/// Draws the next fault; `leader` is the node leading now.
+pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
+    let nodes = world.cluster.nodes.len() as u64;
+    let follower = (leader % nodes) + 1;
+    let agent = rng.random_range(0..world.agents.len());
+    loop {
+        match rng.random_range(0..8) {
+            0 => return Fault::LeaderKill { node: leader },
+            1 => return Fault::LeaderStop { node: leader },
+            2 => return Fault::FollowerKill { node: follower },
+            3 => {
+                return Fault::QuorumLoss {
+                    nodes: [leader, follower],
+                }
+            }
+            4 => return Fault::AgentKill { agent },
+            5 => return Fault::AgentStop { agent },
+            6 => {
+                if let Some(agent) = world.netns_agent {
+                    return Fault::Partition { agent };
+                }
+            }
+            _ => {
+                if let Some(agent) = world.faketime_agent {
+                    let step_s = if rng.random_bool(0.5) { -30 } else { 30 };
+                    return Fault::ClockStep { agent, step_s };
+                }
+            }
+        }
+    }
+}
+
+/// The allocators' gRPC ports, as the partition drops them.
+fn allocator_ports(cluster: &ProcCluster) -> Vec<u16> {
+    cluster
+        .nodes
+        .iter()
+        .filter_map(|n| n.grpc_addr.rsplit_once(':')?.1.parse().ok())
+        .collect()
+}
+
+pub fn inject(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
+    match *fault {
+        Fault::LeaderKill { node } | Fault::FollowerKill { node } => world.cluster.kill(node),
+        Fault::LeaderStop { node } => world.cluster.pause(node)?,
+        Fault::QuorumLoss { nodes } => nodes.iter().for_each(|&n| world.cluster.kill(n)),
+        Fault::AgentKill { agent } => {
+            if let Some(p) = world.agents[agent].proc.take() {
+                p.kill();
+            }
+        }
+        Fault::AgentStop { agent } => {
+            let a = &mut world.agents[agent];
+            if let Some(p) = &a.proc {
+                p.signal(Signal::Stop)?;
+                a.stopped = true;
+            }
+        }
+        Fault::Partition { .. } => {
+            let ports = allocator_ports(&world.cluster);
+            if let Some(ns) = world.netns.as_mut() {
+                ns.partition(&ports)?;
+            }
+        }
+        Fault::ClockStep { agent, step_s } => world.agents[agent].set_clock_offset_s(step_s)?,
+    }
+    Ok(())
+}
+
+pub fn heal(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
+    match *fault {
+        Fault::LeaderKill { node } | Fault::FollowerKill { node } => world.cluster.launch(node)?,
+        Fault::LeaderStop { node } => world.cluster.resume(node)?,
+        Fault::QuorumLoss { nodes } => {
+            for n in nodes {
+                world.cluster.launch(n)?;
+            }
+        }
+        Fault::AgentKill { agent } => world.agents[agent].launch(&world.bins)?,
+        Fault::AgentStop { agent } => {
+            let a = &mut world.agents[agent];
+            if let Some(p) = &a.proc {
+                p.signal(Signal::Cont)?;
+            }
+            a.stopped = false;
+        }
+        Fault::Partition { .. } => {
+            if let Some(ns) = world.netns.as_mut() {
+                ns.heal()?;
+            }
+        }
+        Fault::ClockStep { .. } => {}
+    }
+    Ok(())
+}

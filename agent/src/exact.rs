@@ -101,8 +101,24 @@ impl ExactGate {
     /// Decides `req` at the time `now` gives, asking the allocator first if it has exact
     /// dimensions.
     pub async fn admit(&self, req: &AdmitRequest<'_>, now: impl Fn() -> Nanos) -> Decision {
-        let asked = self.ask(self.engine.exact_asks(req)).await;
-        self.finish(req, now(), &asked)
+        match self.begin(req, now()) {
+            Ok(decision) => decision,
+            Err(asks) => {
+                let asked = self.ask(asks).await;
+                self.finish(req, now(), &asked)
+            }
+        }
+    }
+
+    /// Decides `req` at `now` at once when it has no exact dimension; otherwise the asks the
+    /// allocator must answer first (then [`ask`](Self::ask) and [`finish`](Self::finish)).
+    /// A caller that cannot hold the request across the wait builds it twice only then.
+    pub fn begin(&self, req: &AdmitRequest<'_>, now: Nanos) -> Result<Decision, Vec<ExactAsk>> {
+        let asks = self.engine.exact_asks(req);
+        if asks.is_empty() {
+            return Ok(self.engine.admit(req, now));
+        }
+        Err(asks)
     }
 
     /// Asks the allocator about `asks` (nothing to do when empty).

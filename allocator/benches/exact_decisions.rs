@@ -10,6 +10,8 @@
 //! leader, decide one unit on one of `--keys` keys of an exact policy large enough never to
 //! refuse. Reports decisions/s and the latency of each decision (p50, p99, max).
 
+mod load;
+
 use leasehold_agent::lease::{Grantor, RemoteGrantor};
 use leasehold_allocator::config::AllocatorConfig;
 use leasehold_proto::leasehold::v1 as pb;
@@ -17,6 +19,7 @@ use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{
     ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
 };
+use load::{arg, Latencies};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,15 +28,6 @@ use tokio::sync::watch;
 
 const POLICY: &str = "id: exact\ndimensions: [{name: tenant}]\nscope: global\n\
     enforcement: exact\nrate: {units: 1000000000, per: 1s}\nburst: 1000000000\n";
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -167,37 +161,16 @@ async fn main() {
     let _ = tokio::time::timeout(Duration::from_millis(500), warm).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| tokio::spawn(caller(Arc::clone(&grantor), c, keys, Arc::clone(&stop))))
-        .collect();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut all: Vec<Duration> = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let latencies = Latencies::run(seconds, Arc::clone(&stop), || {
+        (0..clients)
+            .map(|c| tokio::spawn(caller(Arc::clone(&grantor), c, keys, Arc::clone(&stop))))
+            .collect()
+    })
+    .await;
     println!(
         "3-node cluster over mutual TLS, fsync on append, {clients} callers, {keys} keys, {seconds} s"
     );
-    println!(
-        "decisions:  {} ({:.0}/s)",
-        all.len(),
-        all.len() as f64 / elapsed
-    );
-    println!(
-        "decision p50: {:?}  p99: {:?}  max: {:?}",
-        pct(0.50),
-        pct(0.99),
-        all.last().copied().unwrap_or_default()
-    );
+    latencies.print("decision");
     for s in stops {
         let _ = s.send(true);
     }

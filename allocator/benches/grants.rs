@@ -8,25 +8,19 @@
 //! for more credit, as holders do in steady state (one command per grant). Reports grants/s
 //! and the latency of each grant (p50, p99, max).
 
+mod load;
+
 use leasehold_allocator::raft::{NodeConfig, RaftNode};
 use leasehold_allocator::replica::Replica;
 use leasehold_common::ledger::{
     Acquire, Command, LeaseParams, Ledger, LedgerConfig, Outcome, PolicyParams, Release, Report,
 };
 use leasehold_common::rate::Rate;
+use load::{arg, Latencies};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn cluster(dirs: &[tempfile::TempDir]) -> Vec<RaftNode<Ledger>> {
     let mut listeners = Vec::new();
@@ -102,31 +96,21 @@ async fn main() {
         .unwrap()
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (leader, stop) = (leader.clone(), Arc::clone(&stop));
-        tasks.push(tokio::spawn(async move {
-            if renew {
-                renewals(leader, c, stop).await
-            } else {
-                acquire_release(leader, c, stop).await
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut all: Vec<Duration> = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let latencies = Latencies::run(seconds, Arc::clone(&stop), || {
+        (0..clients)
+            .map(|c| {
+                let (leader, stop) = (leader.clone(), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    if renew {
+                        renewals(leader, c, stop).await
+                    } else {
+                        acquire_release(leader, c, stop).await
+                    }
+                })
+            })
+            .collect()
+    })
+    .await;
     let conserved = leader.read(|l| l.conserved()).await.unwrap();
     let mode = if renew {
         "renewals granting credit, one command each"
@@ -134,17 +118,7 @@ async fn main() {
         "acquire → release, two commands each"
     };
     println!("3-node cluster, fsync on append, {clients} clients, {seconds} s, {mode}");
-    println!(
-        "grants:      {} ({:.0}/s)",
-        all.len(),
-        all.len() as f64 / elapsed
-    );
-    println!(
-        "grant p50: {:?}  p99: {:?}  max: {:?}",
-        pct(0.50),
-        pct(0.99),
-        all.last().copied().unwrap_or_default()
-    );
+    latencies.print("grant");
     println!("ledger conserved on the leader: {conserved}");
     for n in nodes {
         n.shutdown().await;

@@ -105,22 +105,26 @@ impl AdmitService for AdmitServer {
         }
         let priority =
             u8::try_from(r.priority).map_err(|_| Status::invalid_argument("priority: 0 to 255"))?;
-        // The dimensions borrow the request and are built again after the allocator's
-        // answer for exact policies, rather than held across the wait.
-        let asks = RULES
+        // The dimensions borrow the request: with exact policies they are built again after
+        // the allocator's answer, rather than held across the wait.
+        let begun = RULES
             .with_dimensions(&r.dimensions, |dims| {
                 self.gate
-                    .engine()
-                    .exact_asks(&request_of(&r, dims, priority))
+                    .begin(&request_of(&r, dims, priority), self.clock.now())
             })
             .map_err(invalid)?;
-        let asked = self.gate.ask(asks).await;
-        let d = RULES
-            .with_dimensions(&r.dimensions, |dims| {
-                self.gate
-                    .finish(&request_of(&r, dims, priority), self.clock.now(), &asked)
-            })
-            .map_err(invalid)?;
+        let d = match begun {
+            Ok(d) => d,
+            Err(asks) => {
+                let asked = self.gate.ask(asks).await;
+                RULES
+                    .with_dimensions(&r.dimensions, |dims| {
+                        self.gate
+                            .finish(&request_of(&r, dims, priority), self.clock.now(), &asked)
+                    })
+                    .map_err(invalid)?
+            }
+        };
         let results = d
             .results
             .iter()

@@ -135,9 +135,10 @@ async fn admit(
         }
     };
     let asks = match RULES.with_dimensions(&body.dimensions, |dims| {
-        h.engine.exact_asks(&request_of(&body, dims))
+        h.gate.begin(&request_of(&body, dims), h.clock.now())
     }) {
-        Ok(asks) => asks,
+        Ok(Ok(decision)) => return respond(&decision),
+        Ok(Err(asks)) => asks,
         Err(e) => return bad(e.to_string()),
     };
     let asked = h.gate.ask(asks).await;

@@ -13,14 +13,12 @@
 //! so `cached_lease` refuses like `fail_closed`.
 
 use super::admit::{units_of, Ctx, Step};
-use super::check::restricted;
 use super::decision::{Decision, DenyReason, Outcome, DIMENSIONS_LIMIT};
 use super::policy::{CompiledPolicy, Emergency, Enforcement};
 use super::request::{AdmitRequest, Target};
 use super::undo::Found;
 use super::Engine;
 use leasehold_common::key::KeyBuilder;
-use leasehold_common::policy::FailureMode;
 use leasehold_common::time::Nanos;
 use std::sync::Arc;
 
@@ -149,28 +147,8 @@ impl Engine {
                 reset_after_ns,
                 ..Step::deny(DenyReason::OverLimit, remaining, retry_after_ns)
             },
-            Some(ExactVerdict::Unreachable) | None => self.exact_failure(p, entry, units, ctx),
-        }
-    }
-
-    /// No decision from the allocator: the policy's failure behaviour.
-    fn exact_failure(
-        &self,
-        p: &CompiledPolicy,
-        entry: Found<'_>,
-        units: u64,
-        ctx: &mut Ctx<'_>,
-    ) -> Step {
-        let hint = self.limits.acquire_wait_max_ns;
-        match p.failure {
-            FailureMode::FailClosed | FailureMode::CachedLease => {
-                Step::deny(DenyReason::Unreachable, 0, hint)
-            }
-            FailureMode::FailOpen => Step::pass(Outcome::FailOpen),
-            FailureMode::Restricted => match p.restricted {
-                Some(spec) => restricted(entry, units, spec.min_priority, spec.rate, ctx),
-                None => Step::deny(DenyReason::Restricted, 0, hint),
-            },
+            // Nothing is held here to spend meanwhile.
+            Some(ExactVerdict::Unreachable) | None => self.on_failure(p, entry, 0, units, ctx),
         }
     }
 }

@@ -39,7 +39,7 @@ impl Engine {
             || matches!(p.failure, FailureMode::CachedLease | FailureMode::FailOpen);
         if !spend_first {
             slot.note_unspent(units, now.0);
-            return self.on_failure(p, entry, slot, units, ctx);
+            return self.on_failure(p, entry, slot.remaining(), units, ctx);
         }
         if let Some(ticket) = slot.try_spend(units, now.0) {
             return admitted(p, entry, slot, units, ticket, ctx);
@@ -64,7 +64,7 @@ impl Engine {
                     granted_again => granted_again,
                 },
             ),
-            SlotState::Unreachable => self.on_failure(p, entry, slot, units, ctx),
+            SlotState::Unreachable => self.on_failure(p, entry, slot.remaining(), units, ctx),
             SlotState::Idle => match self.ask_for_lease(p, key, slot, acquiring_since_ns, ctx) {
                 Ok(()) => self.awaiting(p, entry, slot, acquiring_since_ns, units, ctx),
                 Err(reason) => Step::deny(reason, 0, self.limits.acquire_wait_max_ns),
@@ -127,23 +127,24 @@ impl Engine {
         let waited = ctx.now.0.saturating_sub(since);
         match self.limits.acquire_wait_max_ns.checked_sub(waited) {
             Some(left) if left > 0 => Step::deny(DenyReason::AwaitingLease, slot.remaining(), left),
-            _ => self.on_failure(p, entry, slot, units, ctx),
+            _ => self.on_failure(p, entry, slot.remaining(), units, ctx),
         }
     }
 
-    /// The grantor cannot be reached and the held credit (if any) did not cover `units`.
-    fn on_failure(
+    /// The grantor cannot be reached and the held credit (if any, `remaining` of it) did
+    /// not cover `units`: the policy's failure behaviour, for leased and exact policies.
+    pub(crate) fn on_failure(
         &self,
         p: &CompiledPolicy,
         entry: Found<'_>,
-        slot: &CreditSlot,
+        remaining: u64,
         units: u64,
         ctx: &mut Ctx<'_>,
     ) -> Step {
         let hint = self.limits.acquire_wait_max_ns;
         match p.failure {
             FailureMode::FailClosed | FailureMode::CachedLease => {
-                Step::deny(DenyReason::Unreachable, slot.remaining(), hint)
+                Step::deny(DenyReason::Unreachable, remaining, hint)
             }
             FailureMode::FailOpen => Step::pass(Outcome::FailOpen),
             FailureMode::Restricted => match p.restricted {

@@ -182,6 +182,16 @@ fn invalid_values_name_the_field_and_the_reason() {
         ),
         (|c| c.holder_id = "gw/7".into(), "holder_id", "only A-Z"),
         (|c| c.holder_id = String::new(), "holder_id", "empty"),
+        (
+            |c| c.decide_timeout_ms = 0,
+            "decide_timeout_ms",
+            "1 to 60000",
+        ),
+        (
+            |c| c.decide_timeout_ms = 60_001,
+            "decide_timeout_ms",
+            "1 to 60000",
+        ),
         (|c| c.allocators.clear(), "allocators", "at least one"),
         (
             |c| c.allocators = vec!["a".into()],

@@ -14,14 +14,16 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-/// Every algorithm, with optional parts set; `tb`'s lease outlives the test.
-const DOCS: [(&str, &str); 6] = [
+/// Every algorithm, with optional parts set, and an exact quota; `tb`'s lease outlives the
+/// test.
+const DOCS: [(&str, &str); 7] = [
     ("tb", "id: tb\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 50, per: 1s}\nburst: 100\nlease: {ttl: 60s, refresh_horizon: 500ms, reserve_fraction: \"5%\"}\n"),
     ("gcra", "id: gcra\nalgorithm: gcra\nrate: {units: 20, per: 1s}\nburst: 4\nfailure: {mode: fail_closed}\n"),
     ("fw", "id: fw\nalgorithm: fixed_window\nrate: {units: 10, per: 1h}\ndescription: \"hourly: \\\"quoted\\\" ü\"\n"),
     ("sw", "id: sw\nalgorithm: sliding_window\nrate: {units: 10, per: 1m}\n"),
     ("cq", "id: cq\nalgorithm: calendar_quota\ncalendar: {period: month, time_zone: Europe/Berlin, units: 1000}\n"),
     ("cc", "id: cc\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\n"),
+    ("ex", "id: ex\ndimensions: [{name: tenant}]\nenforcement: exact\nalgorithm: fixed_window\nrate: {units: 10, per: 1h}\n"),
 ];
 
 struct Node {
@@ -205,6 +207,10 @@ fn populate(node: &Node) -> Vec<u64> {
         }
         Ok(ids)
     });
+    // Three units of the exact quota, counted by the node itself.
+    for _ in 0..3 {
+        assert_eq!(admit(http, "ex", "acme"), Some(true));
+    }
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
     leases
@@ -218,6 +224,13 @@ fn a_node_restarts_from_its_snapshot_after_kill_and_after_sigterm() {
     let leases = populate(&node);
     let before = node.view();
     assert_eq!(before["policies"].as_array().unwrap().len(), DOCS.len());
+    let exact = before["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["windows"][0]["key"] == "ex:tenant=acme")
+        .expect("the exact quota's budget");
+    assert_eq!(exact["windows"][0]["used"], 3, "{exact}");
     let snapshot = node.wait_snapshot();
 
     proc.0.kill().unwrap(); // SIGKILL: nothing is flushed on the way out

@@ -4,7 +4,7 @@
 //! A non-local HTTP address without `listen_tls` is refused by name. Also through the binary.
 
 use leasehold_agent::api::http;
-use leasehold_agent::api::listen::{http_tls_config, serve_http, ListenAddr};
+use leasehold_agent::api::listen::{http_tls_config, serve_http, HttpLimits, ListenAddr};
 use leasehold_agent::config::AgentConfig;
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_common::time::{Clock, SystemClock};
@@ -45,6 +45,7 @@ async fn start(server: &TlsPem) -> (SocketAddr, tokio::sync::oneshot::Sender<()>
         http::router(engine, clock),
         listener,
         Some(tls),
+        HttpLimits::default(),
         async {
             let _ = stopped.await;
         },

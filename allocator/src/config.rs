@@ -10,6 +10,7 @@ use leasehold_common::read::read_text_capped;
 /// Largest config file read, in bytes.
 pub const CONFIG_FILE_LEN_MAX: u64 = 1024 * 1024;
 use leasehold_common::ledger::Level;
+use leasehold_proto::transport::{ListenerLimits, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -81,6 +82,64 @@ impl Default for RaftTiming {
     }
 }
 
+/// Bounds on the gRPC listener's connections (agents, peers, admins share it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerSettings {
+    /// Connections open at once; more wait in the kernel's backlog. The process raises its
+    /// open-file limit to fit them at start-up, or refuses to start.
+    pub connections_max: usize,
+    /// A connection silent (nothing read or written) this long is closed, in milliseconds.
+    pub idle_timeout_ms: u64,
+}
+
+/// Every agent of a region keeps one connection to a node, plus peers and admins.
+pub const ALLOCATOR_CONNECTIONS_MAX_DEFAULT: usize = 10_000;
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        ListenerSettings {
+            connections_max: ALLOCATOR_CONNECTIONS_MAX_DEFAULT,
+            idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}
+
+impl ListenerSettings {
+    pub fn limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            connections_max: self.connections_max,
+            idle_timeout_ms: self.idle_timeout_ms,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=CONNECTIONS_MAX_LIMIT).contains(&self.connections_max) {
+            return Err(invalid(
+                "listener.connections_max",
+                format!(
+                    "{}: must be 1 to {CONNECTIONS_MAX_LIMIT}",
+                    self.connections_max
+                ),
+            ));
+        }
+        // Raft heartbeats and watch keep-alives are far more frequent than a second.
+        if !(1_000..=IDLE_TIMEOUT_MS_MAX).contains(&self.idle_timeout_ms) {
+            return Err(invalid(
+                "listener.idle_timeout_ms",
+                format!(
+                    "{}: must be 1000 to {IDLE_TIMEOUT_MS_MAX}",
+                    self.idle_timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Longest idle timeout a configuration may set: a day, in milliseconds.
+pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllocatorConfig {
@@ -121,6 +180,8 @@ pub struct AllocatorConfig {
     /// How often the leader proposes expiry ticks.
     #[serde(default = "default_tick_ms")]
     pub tick_ms: u64,
+    #[serde(default)]
+    pub listener: ListenerSettings,
 }
 
 fn default_tick_ms() -> u64 {
@@ -209,6 +270,7 @@ impl AllocatorConfig {
                 "must exceed election_min_ms",
             ));
         }
+        self.listener.validate()?;
         if self.tick_ms == 0 {
             return Err(invalid("tick_ms", "must be positive"));
         }

@@ -10,6 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use leasehold_proto::transport::{limited, serve_http1, ListenerLimits, HEADER_TIMEOUT_MS_DEFAULT};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -51,15 +52,21 @@ async fn readyz(State(h): State<Http>) -> impl IntoResponse {
     }
 }
 
-/// Serves the endpoint on `listener` until `shutdown` completes.
+/// Serves the endpoint on `listener` until `shutdown` completes, with the gRPC listener's
+/// connection bounds and a deadline on request headers.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    limits: ListenerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_http1(
+        limited(listener, limits),
+        router,
+        HEADER_TIMEOUT_MS_DEFAULT,
+        shutdown,
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -93,7 +100,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, router(metrics, ready), async {
+        let limits = ListenerLimits::default();
+        let server = tokio::spawn(serve(listener, router(metrics, ready), limits, async {
             let _ = rx.await;
         }));
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));

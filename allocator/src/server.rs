@@ -18,8 +18,9 @@ use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
-    cluster_member_id, ensure_crypto_provider, server_tls_config, AuthMode, ChannelFactory,
-    ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
+    cluster_member_id, ensure_crypto_provider, ensure_open_files, server_tls_config, AuthMode,
+    ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
+    OPEN_FILES_HEADROOM,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -153,6 +154,9 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     private_dir(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
+    let needed = cfg.listener.connections_max as u64 + OPEN_FILES_HEADROOM;
+    let open_files = ensure_open_files(needed).map_err(|e| ServerError::Config(e.to_string()))?;
+    tracing::debug!(open_files, "open-file limit");
     let signer = Arc::new(signing_key(&cfg.signing_key)?);
     tracing::info!(
         key_id = signer.key_id(),
@@ -193,6 +197,7 @@ pub async fn run(
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
         raft_cluster: Some(cfg.cluster.clone()),
+        listener_limits: cfg.listener.limits(),
         ..NodeHooks::default()
     };
     let listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
@@ -246,6 +251,7 @@ pub async fn run(
     tokio::spawn(serve_http(
         http_listener,
         http_router(Arc::clone(&metrics), ready),
+        cfg.listener.limits(),
         http_stop,
     ));
     let tick_stop = {

@@ -2,9 +2,10 @@
 //! and serving gRPC (plaintext or mutual TLS) or HTTP on an already-bound listener until a
 //! shutdown future completes.
 
-use super::tls_listen::TlsListener;
+use super::tls_listen::tls_established;
 use leasehold_proto::transport::{
-    rustls_server_config, server_builder, ServeError, TlsConfigError, TlsPem,
+    limited, rustls_server_config, serve_http1, server_builder, ListenerLimits, ServeError,
+    TlsConfigError, TlsPem, HEADER_TIMEOUT_MS_DEFAULT,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,8 +14,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::rustls::ServerConfig;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::server::Router;
 use tonic::transport::Server;
 
 /// Longest listen address accepted, in bytes (a Unix socket path must fit in `sun_path`
@@ -177,25 +177,23 @@ pub fn grpc_server(tls: Option<&TlsPem>) -> Result<Server, ServeError> {
 }
 
 /// Serves a gRPC router on `listener` until `shutdown` completes, then waits for open
-/// calls to finish.
-///
-/// TCP connections get `TCP_NODELAY`: a rate-limit answer is one small write that must
-/// leave at once, and Nagle's algorithm would hold it back until the peer's delayed ACK
-/// (tens of milliseconds) whenever an earlier answer is still unacknowledged.
+/// calls to finish. At most `limits.connections_max` connections are open at once, and one
+/// silent for `limits.idle_timeout_ms` is closed. TCP connections get `TCP_NODELAY`.
 pub async fn serve_grpc(
     router: Router,
     listener: Listener,
+    limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     match listener {
         Listener::Tcp(l) => {
             router
-                .serve_with_incoming_shutdown(tcp_incoming(l), shutdown)
+                .serve_with_incoming_shutdown(limited(l, limits), shutdown)
                 .await
         }
         Listener::Unix(l) => {
             router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                .serve_with_incoming_shutdown(limited(l, limits), shutdown)
                 .await
         }
     }
@@ -207,9 +205,21 @@ pub fn http_tls_config(tls: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError
     rustls_server_config(tls, &[b"http/1.1"])
 }
 
-/// Connections accepted on `listener`, each with `TCP_NODELAY` set.
-fn tcp_incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
+/// Bounds on the HTTP listener: its connections, and how long a request's headers may
+/// take to arrive.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    pub connections: ListenerLimits,
+    pub header_timeout_ms: u64,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            connections: ListenerLimits::default(),
+            header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
+        }
+    }
 }
 
 /// Serves an HTTP router on `listener` until `shutdown` completes: on TCP with mutual TLS
@@ -219,24 +229,19 @@ pub async fn serve_http(
     router: axum::Router,
     listener: Listener,
     tls: Option<Arc<ServerConfig>>,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let (conns, header_ms) = (limits.connections, limits.header_timeout_ms);
     match (listener, tls) {
         (Listener::Tcp(l), Some(tls)) => {
-            axum::serve(TlsListener::new(l, tls), router)
-                .with_graceful_shutdown(shutdown)
-                .await
+            let established = tls_established(limited(l, conns), tls);
+            serve_http1(established, router, header_ms, shutdown).await
         }
         (Listener::Tcp(l), None) => {
-            axum::serve(l, router)
-                .with_graceful_shutdown(shutdown)
-                .await
+            serve_http1(limited(l, conns), router, header_ms, shutdown).await
         }
-        (Listener::Unix(l), _) => {
-            axum::serve(l, router)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+        (Listener::Unix(l), _) => serve_http1(limited(l, conns), router, header_ms, shutdown).await,
     }
 }
 
@@ -278,17 +283,6 @@ mod tests {
                 "{addr}"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn accepted_grpc_connections_send_without_delay() {
-        use tokio_stream::StreamExt;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = std::pin::pin!(tcp_incoming(listener));
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is off");
     }
 
     #[tokio::test]

@@ -1,85 +1,75 @@
-//! Accepting mutual-TLS connections for the HTTP API.
+//! Establishing mutual TLS on the HTTP API's connections.
 //!
 //! Handshakes run beside the accept loop, at most [`TLS_HANDSHAKES_MAX`] at once and each
 //! for at most [`TLS_HANDSHAKE_TIMEOUT_MS`], so a client that connects and stalls delays
-//! nobody else; connections beyond that many wait in the kernel's backlog. A failed
+//! nobody else; connections beyond that many wait until a handshake ends. A failed
 //! handshake (no client certificate, one from another CA, a timeout) drops that connection
 //! and is logged at debug level.
 
 use leasehold_proto::transport::TLS_HANDSHAKE_TIMEOUT_MS;
-use std::net::SocketAddr;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 
 /// Handshakes in progress at once on one listener.
 pub const TLS_HANDSHAKES_MAX: usize = 256;
 
-/// Pause after an accept error (out of file descriptors, for instance), in milliseconds.
-const ACCEPT_RETRY_MS: u64 = 50;
-
-type Handshake = std::io::Result<(TlsStream<TcpStream>, SocketAddr)>;
-
-/// A TCP listener whose connections come out TLS-established.
-pub struct TlsListener {
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    handshakes: JoinSet<Handshake>,
-}
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, config: Arc<tokio_rustls::rustls::ServerConfig>) -> Self {
-        TlsListener {
-            tcp,
-            acceptor: TlsAcceptor::from(config),
-            handshakes: JoinSet::new(),
-        }
-    }
-
-    fn start_handshake(&mut self, stream: TcpStream, peer: SocketAddr) {
-        let _ = stream.set_nodelay(true);
-        let acceptor = self.acceptor.clone();
-        self.handshakes.spawn(async move {
-            let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
-            match tokio::time::timeout(limit, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => Ok((tls, peer)),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let room = self.handshakes.len() < TLS_HANDSHAKES_MAX;
+/// The connections of `incoming` once each has completed a TLS handshake under `config`.
+/// Handshaking stops when the returned stream is dropped.
+pub fn tls_established<S, IO>(
+    incoming: S,
+    config: Arc<tokio_rustls::rustls::ServerConfig>,
+) -> ReceiverStream<io::Result<TlsStream<IO>>>
+where
+    S: Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(1);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        let mut incoming = std::pin::pin!(incoming);
+        let mut handshakes: JoinSet<io::Result<TlsStream<IO>>> = JoinSet::new();
+        let mut open = true;
+        while open || !handshakes.is_empty() {
+            let room = open && handshakes.len() < TLS_HANDSHAKES_MAX;
             tokio::select! {
-                accepted = self.tcp.accept(), if room => match accepted {
-                    Ok((stream, peer)) => self.start_handshake(stream, peer),
-                    Err(error) => {
-                        tracing::warn!(%error, "HTTP accept failed");
-                        tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_MS)).await;
+                () = tx.closed() => return,
+                next = incoming.next(), if room => match next {
+                    Some(Ok(io)) => {
+                        handshakes.spawn(handshake(acceptor.clone(), io));
                     }
+                    Some(Err(error)) => tracing::debug!(%error, "HTTP connection not accepted"),
+                    None => open = false,
                 },
-                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
-                    match done {
-                        Ok(Ok(established)) => return established,
-                        Ok(Err(error)) => tracing::debug!(%error, "HTTP TLS handshake failed"),
-                        Err(error) => tracing::warn!(%error, "HTTP TLS handshake task failed"),
+                Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
+                    Ok(Ok(tls)) => {
+                        if tx.send(Ok(tls)).await.is_err() {
+                            return;
+                        }
                     }
-                }
+                    Ok(Err(error)) => tracing::debug!(%error, "HTTP TLS handshake failed"),
+                    Err(error) => tracing::warn!(%error, "HTTP TLS handshake task failed"),
+                },
             }
         }
-    }
+    });
+    ReceiverStream::new(rx)
+}
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
+async fn handshake<IO>(acceptor: TlsAcceptor, io: IO) -> io::Result<TlsStream<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
+    match tokio::time::timeout(limit, acceptor.accept(io)).await {
+        Ok(done) => done,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
     }
 }

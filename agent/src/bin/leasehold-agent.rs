@@ -28,7 +28,7 @@ use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
 use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::transport::{ChannelFactory, ChannelSettings};
+use leasehold_proto::transport::{ensure_open_files, ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -120,6 +120,15 @@ struct Args {
     /// Wait for the allocator's decision on exact policies, in milliseconds.
     #[arg(long)]
     decide_timeout_ms: Option<u64>,
+    /// Connections each listener keeps open at once (more wait in the backlog).
+    #[arg(long)]
+    connections_max: Option<usize>,
+    /// Close a connection silent this long, in milliseconds.
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    /// An HTTP request's headers must arrive within this many milliseconds.
+    #[arg(long)]
+    header_timeout_ms: Option<u64>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -150,6 +159,9 @@ impl Args {
             allocator_keys: self.allocator_keys,
             unknown_policy: self.unknown_policy,
             decide_timeout_ms: self.decide_timeout_ms,
+            connections_max: self.connections_max,
+            idle_timeout_ms: self.idle_timeout_ms,
+            header_timeout_ms: self.header_timeout_ms,
         };
         (self.config, overrides)
     }
@@ -254,6 +266,8 @@ async fn run() -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
+    let open_files = ensure_open_files(cfg.open_files_needed())?;
+    tracing::debug!(open_files, "open-file limit");
     let policies = load_policies(&cfg)?;
     let mut rules = RuleSource::from_policies(policies.clone());
     rules.envoy = Some(load_envoy(&cfg)?);
@@ -312,14 +326,25 @@ async fn run() -> Result<()> {
         .add_service(admit);
     let grpc_listener = cfg.grpc_listen()?.bind().await?;
     tracing::info!(addr = %grpc_listener.local_addr()?, mtls = tls.is_some(), "gRPC (Envoy RLS, Admit) listening");
-    let grpc_task = tokio::spawn(serve_grpc(grpc, grpc_listener, stopped(rx.clone())));
+    let grpc_task = tokio::spawn(serve_grpc(
+        grpc,
+        grpc_listener,
+        cfg.grpc_limits(),
+        stopped(rx.clone()),
+    ));
 
     let http_tls = tls.as_ref().map(http_tls_config).transpose()?;
     let http_listener = cfg.http_listen()?.bind().await?;
     let http_mtls = http_tls.is_some() && matches!(http_listener, Listener::Tcp(_));
     tracing::info!(addr = %http_listener.local_addr()?, mtls = http_mtls, "HTTP listening");
     let router = http::router_with_readiness(gate, clock, readiness);
-    let http_task = tokio::spawn(serve_http(router, http_listener, http_tls, stopped(rx)));
+    let http_task = tokio::spawn(serve_http(
+        router,
+        http_listener,
+        http_tls,
+        cfg.http_limits(),
+        stopped(rx),
+    ));
 
     shutdown_signal().await;
     tracing::info!("shutting down");

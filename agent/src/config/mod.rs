@@ -12,6 +12,7 @@
 //! response_headers: true
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
+//! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -30,10 +31,13 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-use crate::api::listen::ListenAddr;
+use crate::api::listen::{HttpLimits, ListenAddr};
 pub use crate::engine::UnknownPolicy;
 use leasehold_common::lease::LeaseVerifier;
-use leasehold_proto::transport::{ClientTransport, TlsConfigError, TlsPaths, TlsPem};
+use leasehold_proto::transport::{
+    ClientTransport, ListenerLimits, TlsConfigError, TlsPaths, TlsPem, CONNECTIONS_MAX_DEFAULT,
+    HEADER_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
+};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -164,6 +168,13 @@ pub struct AgentConfig {
     /// allocator's decision before the policy's failure behaviour applies, in
     /// milliseconds.
     pub decide_timeout_ms: u64,
+    /// Connections each listener (gRPC, HTTP) keeps open at once; more wait in the kernel's
+    /// backlog. The process raises its open-file limit to fit both, or refuses to start.
+    pub connections_max: usize,
+    /// A connection silent (nothing read or written) this long is closed, in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// An HTTP request's headers must arrive within this many milliseconds.
+    pub header_timeout_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -185,6 +196,9 @@ impl Default for AgentConfig {
             allocator_keys: Vec::new(),
             unknown_policy: UnknownPolicy::Deny,
             decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -224,6 +238,12 @@ pub struct Overrides {
     pub unknown_policy: Option<UnknownPolicy>,
     /// `--decide-timeout-ms`.
     pub decide_timeout_ms: Option<u64>,
+    /// `--connections-max`.
+    pub connections_max: Option<usize>,
+    /// `--idle-timeout-ms`.
+    pub idle_timeout_ms: Option<u64>,
+    /// `--header-timeout-ms`.
+    pub header_timeout_ms: Option<u64>,
 }
 
 impl AgentConfig {
@@ -301,6 +321,30 @@ impl AgentConfig {
         set_list(&mut self.allocator_keys, flags.allocator_keys);
         set(&mut self.unknown_policy, flags.unknown_policy);
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
+        set(&mut self.connections_max, flags.connections_max);
+        set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
+        set(&mut self.header_timeout_ms, flags.header_timeout_ms);
+    }
+
+    /// Bounds on the gRPC listener's connections.
+    pub fn grpc_limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            connections_max: self.connections_max,
+            idle_timeout_ms: self.idle_timeout_ms,
+        }
+    }
+
+    /// Bounds on the HTTP listener.
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            connections: self.grpc_limits(),
+            header_timeout_ms: self.header_timeout_ms,
+        }
+    }
+
+    /// Open files the two listeners' connections may need, with room for the rest.
+    pub fn open_files_needed(&self) -> u64 {
+        2 * self.connections_max as u64 + OPEN_FILES_HEADROOM
     }
 
     /// The gRPC listen address.

@@ -17,6 +17,9 @@ state_file: /var/lib/leasehold/agent.state
 allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
 unknown_policy: allow
 decide_timeout_ms: 250
+connections_max: 64
+idle_timeout_ms: 30000
+header_timeout_ms: 2000
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -64,6 +67,9 @@ fn every_field_is_read_from_the_file() {
         ],
         unknown_policy: UnknownPolicy::Allow,
         decide_timeout_ms: 250,
+        connections_max: 64,
+        idle_timeout_ms: 30_000,
+        header_timeout_ms: 2_000,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -191,6 +197,17 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.decide_timeout_ms = 60_001,
             "decide_timeout_ms",
             "1 to 60000",
+        ),
+        (|c| c.connections_max = 0, "connections_max", "1 to 1000000"),
+        (
+            |c| c.idle_timeout_ms = 0,
+            "idle_timeout_ms",
+            "1 to 86400000",
+        ),
+        (
+            |c| c.header_timeout_ms = 86_400_001,
+            "header_timeout_ms",
+            "1 to 86400000",
         ),
         (|c| c.allocators.clear(), "allocators", "at least one"),
         (

@@ -4,6 +4,7 @@ use super::{AgentConfig, ConfigError, TlsFiles};
 use crate::api::listen::ListenAddr;
 use leasehold_proto::transport::identity::validate_name;
 use leasehold_proto::transport::ADDRESS_LEN_MAX;
+use leasehold_proto::transport::CONNECTIONS_MAX_LIMIT;
 use std::path::Path;
 
 /// Longest wait for an exact decision, in milliseconds: a request waiting longer has
@@ -35,7 +36,33 @@ pub(super) fn listen_addr(field: &'static str, text: &str) -> Result<ListenAddr,
     })
 }
 
+/// Longest idle or header timeout a configuration may set: a day, in milliseconds.
+pub const LISTENER_TIMEOUT_MS_MAX: u64 = 86_400_000;
+
 impl AgentConfig {
+    fn check_listener_limits(&self) -> Result<(), ConfigError> {
+        if !(1..=CONNECTIONS_MAX_LIMIT).contains(&self.connections_max) {
+            return Err(invalid(
+                "connections_max",
+                self.connections_max.to_string(),
+                format!("1 to {CONNECTIONS_MAX_LIMIT}"),
+            ));
+        }
+        for (field, ms) in [
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("header_timeout_ms", self.header_timeout_ms),
+        ] {
+            if !(1..=LISTENER_TIMEOUT_MS_MAX).contains(&ms) {
+                return Err(invalid(
+                    field,
+                    ms.to_string(),
+                    format!("1 to {LISTENER_TIMEOUT_MS_MAX}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every field and the combinations between them.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let grpc = self.grpc_listen()?;
@@ -55,6 +82,7 @@ impl AgentConfig {
                 format!("1 to {DECIDE_TIMEOUT_MS_MAX}"),
             ));
         }
+        self.check_listener_limits()?;
         validate_name(&self.holder_id)
             .map_err(|e| invalid("holder_id", &self.holder_id, e.to_string()))?;
         self.check_files()?;

@@ -5,14 +5,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_proto::transport::AuthMode;
+use leasehold_proto::transport::{limited, AuthMode, ListenerLimits};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, Raft, ServerState};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::Stream;
 use tonic::transport::server::{Connected, Router};
 
@@ -41,6 +40,8 @@ pub struct NodeHooks {
     /// certificates name them (`<cluster>-<node id>`, the node in the membership this node
     /// knows, or any node of the cluster while it knows none yet).
     pub raft_cluster: Option<String>,
+    /// Bounds on the connections the node's listener accepts (when started on a listener).
+    pub listener_limits: ListenerLimits,
 }
 
 /// Adds services to the router that serves the Raft endpoint.
@@ -54,6 +55,7 @@ impl Default for NodeHooks {
             services: None,
             raft_auth: None,
             raft_cluster: None,
+            listener_limits: ListenerLimits::default(),
         }
     }
 }
@@ -137,7 +139,7 @@ impl<M: Machine> RaftNode<M> {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, NodeError> {
-        let incoming = TcpListenerStream::new(listener);
+        let incoming = limited(listener, hooks.listener_limits);
         Self::start_with_incoming(config, hooks, initial, incoming, shutdown).await
     }
 

@@ -44,7 +44,9 @@
 
 mod auth;
 mod channel;
+mod http_serve;
 pub mod identity;
+mod limits;
 mod pem;
 mod pki;
 mod pki_files;
@@ -58,7 +60,12 @@ pub use auth::{
 pub use channel::{
     ChannelError, ChannelFactory, ChannelSettings, ClientTransport, ConnectFn, ADDRESS_LEN_MAX,
 };
+pub use http_serve::{serve_http1, HEADER_TIMEOUT_MS_DEFAULT};
 pub use identity::{IdentityError, IdentityUri, PeerIdentity, Role, DEFAULT_TRUST_DOMAIN};
+pub use limits::{
+    ensure_open_files, limited, Accept, Limited, ListenerLimits, OpenFilesError,
+    CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
+};
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};
 pub use pki::{
     DevPki, IssuedCert, PkiError, PkiSpec, NOT_BEFORE_BACKDATE_S, PKI_HOSTS_MAX,

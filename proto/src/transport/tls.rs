@@ -82,14 +82,18 @@ pub fn server_builder(pem: Option<&TlsPem>) -> Result<Server, ServeError> {
 ///
 /// Binding first (port 0 in tests) lets the caller learn the address before serving.
 /// Client certificates reach handlers because the connections are plain TCP streams that
-/// tonic wraps in TLS itself.
+/// tonic wraps in TLS itself. Connections get `TCP_NODELAY`: an answer is a few small frames,
+/// and Nagle's algorithm would hold the later ones until the peer's delayed ACK.
 pub async fn serve_router(
     router: Router,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     router
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await
         .map_err(ServeError::Transport)
 }

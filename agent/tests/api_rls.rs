@@ -22,7 +22,14 @@ fn engine() -> (Arc<Engine>, SystemClock) {
     let mut rules = RuleSource::from_policies(Vec::new());
     rules.envoy = Some(envoy);
     let clock = SystemClock::new();
-    let engine = Engine::builder().start(clock.now()).build(rules).unwrap();
+    // The server's clock starts on an hour of UNIX time: the windows these tests count in
+    // start with them instead of wherever the real clock is.
+    let hour = jiff::Timestamp::from_second(1_772_323_200).unwrap();
+    let engine = Engine::builder()
+        .start(clock.now())
+        .wall_clock(move || hour)
+        .build(rules)
+        .unwrap();
     (Arc::new(engine), clock)
 }
 

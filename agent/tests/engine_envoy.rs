@@ -1,5 +1,7 @@
 //! envoyproxy/ratelimit rules enforced through the engine.
 
+mod wall;
+
 use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome, RuleSource};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::time::Nanos;
@@ -27,7 +29,10 @@ descriptors:
 
 fn engine() -> Engine {
     let envoy = EnvoyConfig::from_yaml("edge.yaml", CONFIG).unwrap();
+    // Monotonic zero on a day boundary: windows start at the times these tests use.
+    let (_, midnight) = wall::manual_wall("2026-03-01T00:00:00Z");
     Engine::builder()
+        .wall_clock(midnight)
         .build(RuleSource {
             policies: Vec::new(),
             envoy: Some(envoy),

@@ -27,7 +27,7 @@ use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
-use leasehold_common::time::{Clock, SystemClock};
+use leasehold_common::time::{Clock, SystemClock, WallClock};
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -184,10 +184,12 @@ fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
     if cfg.standalone {
         let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // UNIX time, so that its windows start on the epoch's boundaries as an
+        // allocator's do; its leases are measured against the agent's own clock.
         let local = Arc::new(LocalGrantor::new(
             Ledger::new(LedgerConfig::root("standalone")),
             signer,
-            Arc::new(SystemClock::new()),
+            Arc::new(WallClock),
         ));
         local.install(policies).map_err(anyhow::Error::msg)?;
         let ticking = Arc::clone(&local);
@@ -209,6 +211,17 @@ fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
         cfg.allocators.clone(),
         GRANTOR_ATTEMPTS,
     )))
+}
+
+/// Follows steps of the wall clock, so that windows keep ending on UNIX-time boundaries.
+fn keep_windows_aligned(engine: Arc<Engine>, clock: SystemClock) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            engine.sync_unix_time(clock.now());
+        }
+    });
 }
 
 async fn shutdown_signal() {
@@ -265,6 +278,7 @@ async fn run() -> Result<()> {
             .build(rules)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
+    keep_windows_aligned(Arc::clone(&engine), clock.clone());
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());

@@ -120,7 +120,8 @@ impl std::str::FromStr for UnknownPolicy {
     }
 }
 
-/// Reads wall-clock time; used only by calendar quotas and for `effective_at`.
+/// Reads wall-clock time: for calendar quotas, `effective_at`, and where windows start
+/// (aligned to UNIX time).
 pub type WallClock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
 
 /// Builds an [`Engine`](super::Engine).
@@ -172,7 +173,9 @@ impl EngineBuilder {
         self
     }
 
-    /// The wall clock read by calendar quotas and `effective_at` (default: the system's).
+    /// The wall clock read by calendar quotas, `effective_at` and window alignment
+    /// (default: the system's). Read once at [`build`](Self::build) against
+    /// [`start`](Self::start) to place monotonic readings on the UNIX timeline.
     pub fn wall_clock(
         mut self,
         clock: impl Fn() -> jiff::Timestamp + Send + Sync + 'static,

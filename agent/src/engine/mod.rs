@@ -54,6 +54,7 @@ mod config;
 mod decision;
 mod domains;
 mod earn;
+mod epoch;
 mod exact;
 mod fastkey;
 mod leased;
@@ -119,6 +120,7 @@ pub struct Engine {
     instance_id: u32,
     protector: Option<Protector>,
     wall_clock: WallClock,
+    unix_offset: epoch::UnixOffset,
     acquire_tx: SyncSender<AcquireRequest>,
     acquire_rx: Mutex<Option<AcquireReceiver>>,
     counters: EngineCounters,
@@ -157,6 +159,7 @@ impl EngineBuilder {
             unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
             protector: self.self_protection.map(|s| Protector::new(s, self.start)),
+            unix_offset: epoch::UnixOffset::new(wall, self.start),
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),

@@ -1,7 +1,9 @@
 //! The fixed window counter: at most `limit` units per window of `window_ns`.
 //!
-//! Windows are aligned to multiples of `window_ns` on the monotonic timeline: window `k`
-//! is `[k·W, (k+1)·W)`. Each window starts from zero; nothing carries over.
+//! Windows are aligned to multiples of `window_ns` on the timeline of the times given:
+//! window `k` is `[k·W, (k+1)·W)`. Each window starts from zero; nothing carries over.
+//! Callers pass UNIX time (nanoseconds since the epoch), so that a daily window ends at
+//! 00:00 UTC and every process counting the same window agrees on where it starts.
 //!
 //! # Bound
 //!

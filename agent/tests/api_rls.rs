@@ -92,7 +92,7 @@ async fn envoy_rls_limits_in_order_with_hits_and_nested_rules() {
     assert!(r
         .response_headers_to_add
         .iter()
-        .any(|h| h.key == "x-ratelimit-limit" && h.value == "3"));
+        .any(|h| h.key == "RateLimit-Limit" && h.value == "3"));
     let r = c
         .should_rate_limit(request(vec![descriptor(&[("tenant", "acme")], Some(2))], 0))
         .await

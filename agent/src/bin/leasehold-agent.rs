@@ -93,7 +93,8 @@ struct Args {
     /// Talk to the allocators in plaintext: only for a cluster started with --insecure.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     insecure: Option<bool>,
-    /// Add x-ratelimit-* headers to Envoy responses.
+    /// Add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset headers to Envoy
+    /// responses.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     response_headers: Option<bool>,
     /// CA (for gateways' client certificates), certificate and key (PEM) for mutual TLS on

@@ -145,7 +145,8 @@ pub struct AgentConfig {
     pub allocator_tls: Option<TlsFiles>,
     /// **INSECURE**: talk to the allocators in plaintext (a cluster started with `insecure`).
     pub insecure: bool,
-    /// Add `x-ratelimit-*` headers to Envoy rate-limit responses.
+    /// Add `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers to Envoy
+    /// rate-limit responses.
     pub response_headers: bool,
     /// Mutual TLS on the gRPC listener: gateways must present a certificate from `ca`.
     pub listen_tls: Option<TlsFiles>,

@@ -99,17 +99,18 @@ impl Ctx<'_> {
     }
 }
 
-/// Units a dimension costs: decided by the policy, times Envoy's hits.
+/// Units a dimension costs: decided by the policy, times Envoy's hits (0 hits: a check
+/// that charges nothing).
 #[inline(always)]
 pub(crate) fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
     match p.request_cost {
         // The common case, without the cost's kind to look at or a product to check.
-        Some(cost) if req.hits <= 1 => cost,
+        Some(cost) if req.hits == 1 => cost,
         _ => p
             .policy
             .cost
             .of(req.route, req.bytes)
-            .saturating_mul(req.hits.max(1)),
+            .saturating_mul(req.hits),
     }
 }
 

@@ -31,11 +31,30 @@ pub enum LocalConfigError {
 /// creating a key's state cannot fail.
 #[derive(Clone, Debug)]
 pub(crate) enum LocalSpec {
-    TokenBucket { rate: Rate, burst: u64 },
-    Gcra { rate: Rate, burst: u64 },
-    FixedWindow { limit: u64, window_ns: u64 },
-    SlidingWindow { limit: u64, window_ns: u64 },
-    Calendar { prototype: CalendarQuota },
+    TokenBucket {
+        rate: Rate,
+        burst: u64,
+    },
+    Gcra {
+        rate: Rate,
+        burst: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    /// A fixed window that counts refused costs too.
+    CountingWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    SlidingWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    Calendar {
+        prototype: CalendarQuota,
+    },
 }
 
 fn missing(policy: &Policy, field: &'static str) -> LocalConfigError {
@@ -100,6 +119,16 @@ impl LocalSpec {
         Ok(Some(spec))
     }
 
+    /// This spec with fixed windows counting refused costs too (others unchanged).
+    pub(crate) fn counting_denied(self) -> LocalSpec {
+        match self {
+            LocalSpec::FixedWindow { limit, window_ns } => {
+                LocalSpec::CountingWindow { limit, window_ns }
+            }
+            other => other,
+        }
+    }
+
     /// A fresh limiter with its whole limit available at `now`.
     pub(crate) fn build(&self, now: Nanos) -> LocalLimiter {
         match self {
@@ -118,6 +147,9 @@ impl LocalSpec {
             LocalSpec::FixedWindow { limit, window_ns } => LocalLimiter::FixedWindow(
                 FixedWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
             ),
+            LocalSpec::CountingWindow { limit, window_ns } => LocalLimiter::CountingWindow(
+                FixedWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
+            ),
             LocalSpec::SlidingWindow { limit, window_ns } => LocalLimiter::SlidingWindow(
                 SlidingWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
             ),
@@ -132,6 +164,8 @@ pub(crate) enum LocalLimiter {
     TokenBucket(TokenBucket),
     Gcra(Gcra),
     FixedWindow(FixedWindow),
+    /// Charged with [`FixedWindow::take_counting_denied`].
+    CountingWindow(FixedWindow),
     SlidingWindow(SlidingWindow),
     Calendar(CalendarQuota),
 }
@@ -165,6 +199,11 @@ impl LocalLimiter {
                 let decision = l.try_take(cost, unix);
                 charge(decision, l.window_bounds(unix).1.saturating_since(unix))
             }
+            LocalLimiter::CountingWindow(l) => {
+                let unix = at.unix();
+                let decision = l.take_counting_denied(cost, unix);
+                charge(decision, l.window_bounds(unix).1.saturating_since(unix))
+            }
             LocalLimiter::SlidingWindow(l) => charge(l.try_take(cost, at.unix()), l.window_ns()),
             LocalLimiter::Calendar(l) => {
                 let wall = at.wall;
@@ -183,7 +222,9 @@ impl LocalLimiter {
         match self {
             LocalLimiter::TokenBucket(l) => l.refund(cost, at.mono),
             LocalLimiter::Gcra(l) => l.refund(cost, at.mono),
-            LocalLimiter::FixedWindow(l) => l.refund(cost, at.unix()),
+            LocalLimiter::FixedWindow(l) | LocalLimiter::CountingWindow(l) => {
+                l.refund(cost, at.unix())
+            }
             LocalLimiter::SlidingWindow(l) => l.refund(cost, at.unix()),
             LocalLimiter::Calendar(l) => l.refund(cost, at.wall),
         }

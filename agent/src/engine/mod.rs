@@ -76,7 +76,8 @@ mod undo;
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
     EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,
-    ACQUIRE_WAIT_MAX_NS_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT, SHARDS_DEFAULT,
+    ACQUIRE_WAIT_MAX_NS_DEFAULT, ENVOY_KEY_LEN_MAX_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT,
+    SHARDS_DEFAULT,
 };
 pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
@@ -116,6 +117,7 @@ pub struct Engine {
     reload_lock: Mutex<()>,
     table: KeyTable,
     limits: EngineLimits,
+    rule_options: rules::RuleOptions,
     unknown_policy: UnknownPolicy,
     instance_id: u32,
     protector: Option<Protector>,
@@ -140,8 +142,9 @@ impl EngineBuilder {
     /// Builds an engine enforcing `rules`.
     pub fn build(self, rules: RuleSource) -> Result<Engine, EngineError> {
         self.limits.check()?;
+        let options = rules::RuleOptions::new(&self.limits, self.envoy_count_denied);
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(rules, None, self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(rules, None, &options, wall)?;
         let (acquire_tx, acquire_rx) = acquire::channel(self.limits.acquire_queue_max);
         let stripes = stripes::stripe_count();
         Ok(Engine {
@@ -156,6 +159,7 @@ impl EngineBuilder {
                 stripes,
             ),
             limits: self.limits,
+            rule_options: options,
             unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
             protector: self.self_protection.map(|s| Protector::new(s, self.start)),
@@ -192,7 +196,7 @@ impl Engine {
         let _guard = self.reload_lock.lock();
         let old = self.rules.load_full();
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(rules, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(rules, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(())
     }
@@ -219,7 +223,7 @@ impl Engine {
         let mut source = old.source.clone();
         source.policies.retain(|p| p.policy.id != id || pending);
         source.policies.push(pv);
-        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(true)
     }
@@ -234,7 +238,7 @@ impl Engine {
             return Ok(false);
         }
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(true)
     }

@@ -165,3 +165,24 @@ fn statuses_follow_request_order_and_any_refusal_refuses() {
     assert!(decide(&e, &[addr], 0).0);
     assert!(!decide(&e, &[addr], 0).0);
 }
+
+#[test]
+fn reloading_rules_keeps_the_counts_of_unchanged_ones() {
+    let e = engine();
+    let addr: &[(&str, &str)] = &[("remote_address", "10.0.0.7")];
+    assert!(decide(&e, &[addr], 0).0);
+    assert!(decide(&e, &[addr], 0).0);
+    let more = format!(
+        "{CONFIG}  - key: colour\n    rate_limit: {{ unit: hour, requests_per_unit: 1 }}\n"
+    );
+    e.reload_envoy(EnvoyConfig::from_yaml("edge.yaml", &more).unwrap())
+        .unwrap();
+    assert!(
+        !decide(&e, &[addr], 0).0,
+        "the unchanged rule kept its count"
+    );
+    assert!(
+        decide(&e, &[&[("colour", "red")]], 0).0,
+        "the new rule applies"
+    );
+}

@@ -24,7 +24,7 @@ use leasehold_agent::exact::ExactGate;
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
-use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
+use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
 use leasehold_common::time::{Clock, SystemClock, WallClock};
@@ -169,13 +169,7 @@ fn load_policies(cfg: &AgentConfig) -> Result<Vec<Policy>> {
 
 fn load_envoy(cfg: &AgentConfig) -> Result<EnvoyConfig> {
     Ok(match &cfg.ratelimit_config {
-        Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
-        Some(p) => {
-            let text = read_text_capped(p, ENVOY_FILE_LEN_MAX as u64)
-                .with_context(|| format!("reading {}", p.display()))?;
-            EnvoyConfig::from_yaml(&p.display().to_string(), &text)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-        }
+        Some(p) => leasehold_agent::reload::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => EnvoyConfig::default(),
     })
 }
@@ -280,6 +274,8 @@ async fn run() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     keep_windows_aligned(Arc::clone(&engine), clock.clone());
+    leasehold_agent::reload::spawn_watch(Arc::clone(&engine), cfg.ratelimit_config.clone())
+        .context("watching --ratelimit-config")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());

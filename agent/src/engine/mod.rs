@@ -93,7 +93,7 @@ pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
 use arc_swap::ArcSwap;
-use leasehold_common::policy::envoy::MatchedRule;
+use leasehold_common::policy::envoy::{EnvoyConfig, MatchedRule};
 use leasehold_common::policy::PolicyVersion;
 use leasehold_common::time::Nanos;
 use parking_lot::Mutex;
@@ -197,6 +197,20 @@ impl Engine {
         let old = self.rules.load_full();
         let wall = (self.wall_clock)();
         let set = RuleSet::build(rules, Some(&old), &self.rule_options, wall)?;
+        self.store_rules(set);
+        Ok(())
+    }
+
+    /// Replaces the envoyproxy/ratelimit rules read from a local file, keeping every
+    /// policy; atomic as [`reload`](Self::reload) is, and unchanged rules keep their
+    /// counts. On an error nothing changes.
+    pub fn reload_envoy(&self, envoy: EnvoyConfig) -> Result<(), EngineError> {
+        let _guard = self.reload_lock.lock();
+        let old = self.rules.load_full();
+        let mut source = old.source.clone();
+        source.envoy = Some(envoy);
+        let wall = (self.wall_clock)();
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(())
     }

@@ -19,7 +19,7 @@ use leasehold_agent::api::listen::{
 };
 use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
-use leasehold_agent::engine::{Engine, RuleSource};
+use leasehold_agent::engine::{Engine, EngineLimits, RuleSource};
 use leasehold_agent::exact::ExactGate;
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
@@ -121,6 +121,12 @@ struct Args {
     /// Wait for the allocator's decision on exact policies, in milliseconds.
     #[arg(long)]
     decide_timeout_ms: Option<u64>,
+    /// Longest envoyproxy/ratelimit key, in bytes once encoded [default: 4096].
+    #[arg(long)]
+    ratelimit_key_len_max: Option<usize>,
+    /// Count hits envoyproxy/ratelimit rules refuse, as that service does [default: true].
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    ratelimit_count_denied: Option<bool>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -151,6 +157,8 @@ impl Args {
             allocator_keys: self.allocator_keys,
             unknown_policy: self.unknown_policy,
             decide_timeout_ms: self.decide_timeout_ms,
+            ratelimit_key_len_max: self.ratelimit_key_len_max,
+            ratelimit_count_denied: self.ratelimit_count_denied,
         };
         (self.config, overrides)
     }
@@ -269,6 +277,11 @@ async fn run() -> Result<()> {
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
+            .limits(EngineLimits {
+                envoy_key_len_max: cfg.ratelimit_key_len_max,
+                ..EngineLimits::default()
+            })
+            .envoy_count_denied(cfg.ratelimit_count_denied)
             .unknown_policy(cfg.unknown_policy)
             .build(rules)
             .map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -12,6 +12,8 @@
 //! response_headers: true
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
+//! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
+//! ratelimit_count_denied: true       # refused hits count in their window, as that service's
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -165,6 +167,12 @@ pub struct AgentConfig {
     /// allocator's decision before the policy's failure behaviour applies, in
     /// milliseconds.
     pub decide_timeout_ms: u64,
+    /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded; a descriptor
+    /// whose key would be longer is answered OVER_LIMIT.
+    pub ratelimit_key_len_max: usize,
+    /// envoyproxy/ratelimit rules count hits they refuse, as that service does (false: as
+    /// with its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub ratelimit_count_denied: bool,
 }
 
 impl Default for AgentConfig {
@@ -186,6 +194,8 @@ impl Default for AgentConfig {
             allocator_keys: Vec::new(),
             unknown_policy: UnknownPolicy::Deny,
             decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
+            ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
+            ratelimit_count_denied: true,
         }
     }
 }
@@ -225,6 +235,10 @@ pub struct Overrides {
     pub unknown_policy: Option<UnknownPolicy>,
     /// `--decide-timeout-ms`.
     pub decide_timeout_ms: Option<u64>,
+    /// `--ratelimit-key-len-max`.
+    pub ratelimit_key_len_max: Option<usize>,
+    /// `--ratelimit-count-denied[=true|false]`.
+    pub ratelimit_count_denied: Option<bool>,
 }
 
 impl AgentConfig {
@@ -302,6 +316,11 @@ impl AgentConfig {
         set_list(&mut self.allocator_keys, flags.allocator_keys);
         set(&mut self.unknown_policy, flags.unknown_policy);
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
+        set(&mut self.ratelimit_key_len_max, flags.ratelimit_key_len_max);
+        set(
+            &mut self.ratelimit_count_denied,
+            flags.ratelimit_count_denied,
+        );
     }
 
     /// The gRPC listen address.

@@ -17,6 +17,8 @@ state_file: /var/lib/leasehold/agent.state
 allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
 unknown_policy: allow
 decide_timeout_ms: 250
+ratelimit_key_len_max: 8192
+ratelimit_count_denied: false
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -64,6 +66,8 @@ fn every_field_is_read_from_the_file() {
         ],
         unknown_policy: UnknownPolicy::Allow,
         decide_timeout_ms: 250,
+        ratelimit_key_len_max: 8192,
+        ratelimit_count_denied: false,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -191,6 +195,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.decide_timeout_ms = 60_001,
             "decide_timeout_ms",
             "1 to 60000",
+        ),
+        (
+            |c| c.ratelimit_key_len_max = 100_000,
+            "ratelimit_key_len_max",
+            "128 to 65536 bytes",
         ),
         (|c| c.allocators.clear(), "allocators", "at least one"),
         (

@@ -7,3 +7,4 @@ pub mod credit;
 pub mod engine;
 pub mod exact;
 pub mod lease;
+pub mod reload;

@@ -123,6 +123,13 @@ fn cost_comes_from_the_policy_times_hits() {
         hits: 0,
         ..one(&dims)
     };
+    let check = e.admit(&req, Nanos(0));
+    assert!(check.allowed);
+    assert_eq!(
+        check.results[0].remaining, 5,
+        "0 hits check without charging"
+    );
+    let req = AdmitRequest { hits: 1, ..req };
     assert_eq!(e.admit(&req, Nanos(0)).results[0].remaining, 3);
     let req = AdmitRequest {
         route: Some("/search"),

@@ -1,5 +1,7 @@
 //! envoyproxy/ratelimit rules enforced through the engine.
 
+mod wall;
+
 use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome, RuleSource};
 use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::time::Nanos;
@@ -27,7 +29,10 @@ descriptors:
 
 fn engine() -> Engine {
     let envoy = EnvoyConfig::from_yaml("edge.yaml", CONFIG).unwrap();
+    // Monotonic zero on a day boundary: windows start at the times these tests use.
+    let (_, midnight) = wall::manual_wall("2026-03-01T00:00:00Z");
     Engine::builder()
+        .wall_clock(midnight)
         .build(RuleSource {
             policies: Vec::new(),
             envoy: Some(envoy),
@@ -159,4 +164,25 @@ fn statuses_follow_request_order_and_any_refusal_refuses() {
     assert!(decide(&e, &[addr], 0).0);
     assert!(decide(&e, &[addr], 0).0);
     assert!(!decide(&e, &[addr], 0).0);
+}
+
+#[test]
+fn reloading_rules_keeps_the_counts_of_unchanged_ones() {
+    let e = engine();
+    let addr: &[(&str, &str)] = &[("remote_address", "10.0.0.7")];
+    assert!(decide(&e, &[addr], 0).0);
+    assert!(decide(&e, &[addr], 0).0);
+    let more = format!(
+        "{CONFIG}  - key: colour\n    rate_limit: {{ unit: hour, requests_per_unit: 1 }}\n"
+    );
+    e.reload_envoy(EnvoyConfig::from_yaml("edge.yaml", &more).unwrap())
+        .unwrap();
+    assert!(
+        !decide(&e, &[addr], 0).0,
+        "the unchanged rule kept its count"
+    );
+    assert!(
+        decide(&e, &[&[("colour", "red")]], 0).0,
+        "the new rule applies"
+    );
 }

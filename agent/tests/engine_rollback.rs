@@ -57,7 +57,10 @@ const IDS: [&str; 6] = ["leased", "bucket", "gcra", "fixed", "sliding", "conc"];
 
 /// An engine whose `leased` key holds `credit` units.
 fn engine(credit: u64) -> Engine {
+    // One wall clock for every engine compared, so their windows start together.
+    let (_, clock) = manual_wall("2026-03-10T00:00:00Z");
     let e = Engine::builder()
+        .wall_clock(clock)
         .build(RuleSource::from_policies(policies()))
         .unwrap();
     let rx = e.take_acquire_queue().unwrap();

@@ -154,7 +154,8 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     private_dir(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
-    let needed = cfg.listener.connections_max as u64 + OPEN_FILES_HEADROOM;
+    // The gRPC and HTTP listeners each hold up to `connections_max`.
+    let needed = 2 * cfg.listener.connections_max as u64 + OPEN_FILES_HEADROOM;
     let open_files = ensure_open_files(needed).map_err(|e| ServerError::Config(e.to_string()))?;
     tracing::debug!(open_files, "open-file limit");
     let signer = Arc::new(signing_key(&cfg.signing_key)?);

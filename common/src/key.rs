@@ -32,6 +32,11 @@
 //! * **Length.** The whole key is at most `key_len_max` bytes (default 256); values are
 //!   measured before encoding, the key after.
 //!
+//! **Verbatim schemas** ([`KeySchema::verbatim`], for envoyproxy/ratelimit rules) take
+//! each value exactly as given, as that service does: no trimming or lowercasing, control
+//! characters and an empty value are values like any other (encoded as above, so still
+//! unambiguous), and only the whole key's length is bounded.
+//!
 //! **Overflow.** When a dimension says `overflow: true`, a request whose value for it is
 //! missing (and required), invalid, unlisted or would make the key too long spends from
 //! the policy's single overflow key `<policy id>:~overflow` instead of being refused. One
@@ -116,6 +121,8 @@ pub struct KeySchema {
     dims: Vec<DimRule>,
     key_len_max: usize,
     overflow_key: Box<str>,
+    /// Values are used as given (see the module docs).
+    verbatim: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -154,7 +161,15 @@ impl KeySchema {
             dims,
             key_len_max: KEY_LEN_MAX_DEFAULT,
             overflow_key: format!("{}:{OVERFLOW_TOKEN}", policy.id).into(),
+            verbatim: false,
         })
+    }
+
+    /// Takes values exactly as given: two values that differ in any byte (a space, a
+    /// tab, letter case) are two keys, and an empty value is a value.
+    pub fn verbatim(mut self) -> KeySchema {
+        self.verbatim = true;
+        self
     }
 
     /// Sets the longest key. The overflow key always fits: the limit is raised to its
@@ -255,6 +270,7 @@ fn append_value(
 ) -> Result<(), OverflowReason> {
     let raw = find_entry(&dim.name, entries).map_err(OverflowReason::Invalid)?;
     let canonical = match raw {
+        Some(raw) if schema.verbatim => Some(raw),
         Some(raw) => canonicalize(raw, dim.lowercase, dim.max_len, scratch)
             .map_err(OverflowReason::Invalid)?,
         None => None,

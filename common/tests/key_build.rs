@@ -198,3 +198,24 @@ fn invalid_policies_cannot_make_schemas() {
     p.dimensions[0].name = "x/y".into();
     assert!(KeySchema::new(&p).is_err());
 }
+
+/// A verbatim schema (envoyproxy/ratelimit rules) keys every value as given.
+#[test]
+fn verbatim_values_are_keys_as_given() {
+    let s = schema("  - {name: path, required: true, lowercase: true, max_len: 8}\n")
+        .verbatim()
+        .with_key_len_max(4096);
+    let key = |v: &str| build(&s, &[("path", v)]).unwrap();
+    assert_eq!(key(" a"), "api:path=%20a");
+    assert_ne!(key(" a"), key("a"), "spaces are part of the value");
+    assert_ne!(key("A"), key("a"), "no lowercasing");
+    assert_eq!(key(""), "api:path=", "an empty value is a value");
+    assert_eq!(key("a\tb"), "api:path=a%09b");
+    let long = format!("/{}", "segment/".repeat(24));
+    assert!(long.len() > 190);
+    assert!(
+        key(&long).ends_with("segment%2F"),
+        "max_len does not apply, only the key length"
+    );
+    assert!(matches!(build(&s, &[]), Err(KeyError::Missing { .. })));
+}

@@ -318,3 +318,24 @@ fn repeated_varying_keys_cannot_be_mapped() {
         Err(MapError::RepeatedKey { key: "k".into() })
     );
 }
+
+/// `quota_mode` and `metadata` (in that service's shipped example) are accepted;
+/// `quota_mode` is kept on the rule, metadata of any shape is not used.
+#[test]
+fn quota_mode_and_metadata_are_accepted() {
+    let text = "domain: shop\ndescriptors:\n  - key: service\n    value: checkout\n    \
+                quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 3}\n    \
+                metadata:\n      owner: {team: payments, tags: [a, b]}\n  - key: cart\n    \
+                metadata: {}\n    rate_limit: {unit: hour, requests_per_unit: 9}\n";
+    let c = EnvoyConfig::from_yaml("shop.yaml", text).unwrap();
+    let quota = c.lookup("shop", &[("service", "checkout")]).unwrap();
+    assert!(quota.quota_mode);
+    let plain = c.lookup("shop", &[("cart", "c1")]).unwrap();
+    assert!(!plain.quota_mode);
+    let err = EnvoyConfig::from_yaml(
+        "bad.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    quota: true\n",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("quota"), "{err}");
+}

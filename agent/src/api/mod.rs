@@ -8,4 +8,5 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod rls;
+pub mod rls_headers;
 pub mod tls_listen;

@@ -1,18 +1,21 @@
 //! Envoy's rate-limit service (`envoy.service.ratelimit.v3.RateLimitService`), wire-compatible,
-//! so an Envoy gateway points its `ratelimit` filter at the agent unchanged.
+//! answering as envoyproxy/ratelimit does for its own configuration.
 //!
-//! As envoyproxy/ratelimit does, every descriptor is evaluated on its own (a descriptor that is
-//! over its limit does not undo the others) and `statuses` follows the request's order; the
-//! overall code is OVER_LIMIT if any descriptor is. `hits_addend` on a descriptor overrides the
-//! request's, and 0 counts as 1.
+//! Every descriptor is evaluated on its own (a descriptor that is over its limit does not
+//! undo the others) and `statuses` follows the request's order. The overall code is
+//! OVER_LIMIT when a descriptor of an ordinary rule is, or when every descriptor of a
+//! `quota_mode` rule is. A rule named in another matched rule's `replaces` is not applied.
+//! `hits_addend` on a descriptor overrides the request's; there 0 checks without charging,
+//! while the request's 0 counts as 1. `duration_until_reset` is the whole seconds to the end
+//! of the rule's unit on UNIX time. An empty domain or descriptor list is an error.
 //!
 //! The domains are the engine's: a local file's, or the domain documents the allocator
 //! pushes, so a domain applied or changed with `leasectl` is answered without a restart.
 
+use super::rls_headers::{rate_limit_headers, HeaderNames};
 use crate::engine::{AdmitRequest, Dimension, Engine, Outcome};
-use leasehold_common::policy::envoy::EnvoyUnit;
+use leasehold_common::policy::envoy::{EnvoyLimit, EnvoyUnit, MatchedRule};
 use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::envoy::config::core::v3::HeaderValue;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
 };
@@ -24,16 +27,13 @@ use smallvec::SmallVec;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// Descriptors accepted in one request.
-pub const DESCRIPTORS_MAX: usize = 64;
-/// Entries accepted in one descriptor.
-pub const ENTRIES_MAX: usize = 16;
 /// Entries of a descriptor viewed without a heap allocation; Envoy descriptors rarely have
 /// more than a handful.
 const ENTRIES_INLINE: usize = 4;
 
 /// `server` as a gRPC service that refuses messages over
-/// [`GRPC_MESSAGE_LEN_MAX`](super::listen::GRPC_MESSAGE_LEN_MAX) before buffering them.
+/// [`GRPC_MESSAGE_LEN_MAX`](super::listen::GRPC_MESSAGE_LEN_MAX) before buffering them:
+/// that bound, not a count, limits how many descriptors and entries one request carries.
 pub fn rls_service(server: RlsServer) -> RateLimitServiceServer<RlsServer> {
     RateLimitServiceServer::new(server)
         .max_decoding_message_size(super::listen::GRPC_MESSAGE_LEN_MAX)
@@ -42,8 +42,9 @@ pub fn rls_service(server: RlsServer) -> RateLimitServiceServer<RlsServer> {
 pub struct RlsServer {
     engine: Arc<Engine>,
     clock: SystemClock,
-    /// Add `x-ratelimit-*` response headers, as envoyproxy/ratelimit does when enabled.
-    headers: bool,
+    /// Add `RateLimit-Limit`, `-Remaining` and `-Reset` response headers, as
+    /// envoyproxy/ratelimit does when enabled.
+    headers: Option<HeaderNames>,
 }
 
 impl RlsServer {
@@ -51,8 +52,35 @@ impl RlsServer {
         RlsServer {
             engine,
             clock,
-            headers,
+            headers: headers.then(HeaderNames::default),
         }
+    }
+}
+
+/// What a descriptor's matched rule says, copied out of the rule set.
+pub(super) struct Rule {
+    pub(super) name: Option<String>,
+    pub(super) limit: Option<EnvoyLimit>,
+    pub(super) unlimited: bool,
+    pub(super) quota_mode: bool,
+}
+
+impl Rule {
+    fn of(m: &MatchedRule) -> Rule {
+        Rule {
+            name: m.name.clone(),
+            limit: m.limit,
+            unlimited: m.unlimited,
+            quota_mode: m.quota_mode,
+        }
+    }
+
+    fn current_limit(&self) -> Option<RateLimit> {
+        self.limit.map(|l| RateLimit {
+            name: self.name.clone().unwrap_or_default(),
+            requests_per_unit: l.requests_per_unit,
+            unit: unit(l.unit) as i32,
+        })
     }
 }
 
@@ -68,11 +96,52 @@ fn unit(u: EnvoyUnit) -> Unit {
     }
 }
 
-fn duration(ns: u64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
-        nanos: (ns % 1_000_000_000) as i32,
+/// Whole seconds from UNIX second `unix_s` to the end of its window of `unit`: a full unit
+/// on the boundary itself, as that service counts.
+pub(super) fn seconds_to_reset(unit: EnvoyUnit, unix_s: u64) -> u64 {
+    let len = unit.seconds();
+    len - unix_s % len
+}
+
+/// The rule each descriptor matches, with those another matched rule replaces left out
+/// (an unlimited rule stays unlimited).
+fn matched_rules(engine: &Engine, r: &RateLimitRequest) -> Vec<Option<Rule>> {
+    let mut replaced: Vec<String> = Vec::new();
+    let mut rules: Vec<Option<Rule>> = r
+        .descriptors
+        .iter()
+        .map(|d| {
+            let entries = entries_of(d);
+            engine.with_envoy_rule(&r.domain, &entries, |m| {
+                m.map(|m| {
+                    replaced.extend(m.replaces.iter().cloned());
+                    Rule::of(m)
+                })
+            })
+        })
+        .collect();
+    if !replaced.is_empty() {
+        for slot in &mut rules {
+            let is_replaced = slot.as_ref().is_some_and(|rule| {
+                !rule.unlimited && rule.name.as_ref().is_some_and(|n| replaced.contains(n))
+            });
+            if is_replaced {
+                *slot = None;
+            }
+        }
     }
+    rules
+}
+
+type Entries<'a> = SmallVec<[(&'a str, &'a str); ENTRIES_INLINE]>;
+
+fn entries_of(
+    d: &leasehold_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
+) -> Entries<'_> {
+    d.entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -82,86 +151,107 @@ impl RateLimitService for RlsServer {
         req: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let r = req.into_inner();
-        if r.descriptors.len() > DESCRIPTORS_MAX {
-            return Err(Status::invalid_argument(format!(
-                "descriptors: {} given, at most {DESCRIPTORS_MAX}",
-                r.descriptors.len()
-            )));
+        // Answered as that service does: an error status, not a response, so Envoy's
+        // failure mode decides.
+        if r.domain.is_empty() {
+            return Err(Status::unknown("rate limit domain must not be empty"));
         }
-        let now = self.clock.now();
-        let request_hits = u64::from(r.hits_addend.max(1));
-        let mut statuses = Vec::with_capacity(r.descriptors.len());
-        let mut over = false;
-        let mut tightest: Option<(u64, u64, u64)> = None;
-        for (i, d) in r.descriptors.iter().enumerate() {
-            if d.entries.len() > ENTRIES_MAX {
-                return Err(Status::invalid_argument(format!(
-                    "descriptors[{i}].entries: {} given, at most {ENTRIES_MAX}",
-                    d.entries.len()
-                )));
-            }
-            let entries: SmallVec<[(&str, &str); ENTRIES_INLINE]> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            let hits = d.hits_addend.map_or(request_hits, |h| h.max(1));
-            let dims = [Dimension::envoy(&r.domain, &entries)];
-            let mut admit = AdmitRequest::new(&dims);
-            admit.hits = hits;
-            let decision = self.engine.admit(&admit, now);
-            let result = decision.results.first();
-            let current_limit = self.engine.with_envoy_rule(&r.domain, &entries, |rule| {
-                rule.and_then(|m| {
-                    m.limit.map(|l| RateLimit {
-                        name: m.name.clone().unwrap_or_default(),
-                        requests_per_unit: l.requests_per_unit,
-                        unit: unit(l.unit) as i32,
-                    })
-                })
-            });
-            let limited = matches!(
-                result.map(|x| x.outcome),
-                Some(Outcome::Denied(_)) | Some(Outcome::InvalidKey)
-            );
-            over |= limited;
-            let (remaining, reset_ns) = result.map_or((0, 0), |x| (x.remaining, x.reset_after_ns));
-            if let (Some(l), Some(x)) = (&current_limit, result) {
-                if tightest.is_none_or(|t| x.remaining < t.1) {
-                    tightest = Some((
-                        u64::from(l.requests_per_unit),
-                        x.remaining,
-                        x.reset_after_ns,
-                    ));
-                }
-            }
-            statuses.push(DescriptorStatus {
-                code: if limited { Code::OverLimit } else { Code::Ok } as i32,
-                limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
-                duration_until_reset: current_limit.as_ref().map(|_| duration(reset_ns)),
-                current_limit,
-                quota: None,
-            });
-        }
-        let mut response_headers_to_add = Vec::new();
-        if let (true, Some((limit, remaining, reset_ns))) = (self.headers, tightest) {
-            let header = |k: &str, v: String| HeaderValue {
-                key: k.into(),
-                value: v,
-                raw_value: Vec::new(),
-            };
-            response_headers_to_add.push(header("x-ratelimit-limit", limit.to_string()));
-            response_headers_to_add.push(header("x-ratelimit-remaining", remaining.to_string()));
-            response_headers_to_add.push(header(
-                "x-ratelimit-reset",
-                reset_ns.div_ceil(1_000_000_000).to_string(),
+        if r.descriptors.is_empty() {
+            return Err(Status::unknown(
+                "rate limit descriptor list must not be empty",
             ));
         }
+        let now = self.clock.now();
+        let unix_s = self.engine.unix_time(now).0 / 1_000_000_000;
+        let rules = matched_rules(&self.engine, &r);
+        let request_hits = u64::from(r.hits_addend.max(1));
+        let mut statuses = Vec::with_capacity(r.descriptors.len());
+        for (d, rule) in r.descriptors.iter().zip(&rules) {
+            let hits = d.hits_addend.unwrap_or(request_hits);
+            let entries = entries_of(d);
+            statuses.push(self.status(&r.domain, &entries, rule.as_ref(), hits, now, unix_s));
+        }
+        let response_headers_to_add = match &self.headers {
+            Some(names) => rate_limit_headers(names, &statuses, &rules, unix_s),
+            None => Vec::new(),
+        };
         Ok(Response::new(RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            overall_code: overall_code(&statuses, &rules) as i32,
             statuses,
             response_headers_to_add,
             ..Default::default()
         }))
+    }
+}
+
+impl RlsServer {
+    /// One descriptor's status; `rule` is the rule it matched and that applies (`None`: no
+    /// rule, or a replaced one, which report OK with no limit).
+    fn status(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        rule: Option<&Rule>,
+        hits: u64,
+        now: leasehold_common::time::Nanos,
+        unix_s: u64,
+    ) -> DescriptorStatus {
+        let Some(rule) = rule else {
+            return ok_status(0);
+        };
+        if rule.unlimited {
+            return ok_status(u32::MAX);
+        }
+        let dims = [Dimension::envoy(domain, entries)];
+        let admit = AdmitRequest {
+            hits,
+            ..AdmitRequest::new(&dims)
+        };
+        let decision = self.engine.admit(&admit, now);
+        let (over, remaining) = match decision.results.first() {
+            Some(x) => match x.outcome {
+                Outcome::Denied(_) | Outcome::InvalidKey => (true, 0),
+                Outcome::ShadowDenied(_) => (false, 0),
+                _ => (false, u32::try_from(x.remaining).unwrap_or(u32::MAX)),
+            },
+            None => (false, 0),
+        };
+        DescriptorStatus {
+            code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            current_limit: rule.current_limit(),
+            limit_remaining: remaining,
+            duration_until_reset: rule.limit.map(|l| prost_types::Duration {
+                seconds: i64::try_from(seconds_to_reset(l.unit, unix_s)).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+            quota: None,
+        }
+    }
+}
+
+fn ok_status(limit_remaining: u32) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        limit_remaining,
+        ..Default::default()
+    }
+}
+
+/// OVER_LIMIT when an ordinary rule's descriptor is over, or every quota rule's is.
+fn overall_code(statuses: &[DescriptorStatus], rules: &[Option<Rule>]) -> Code {
+    let (mut quota, mut quota_over) = (0, 0);
+    for (status, rule) in statuses.iter().zip(rules) {
+        let over = status.code == Code::OverLimit as i32;
+        if rule.as_ref().is_some_and(|r| r.quota_mode) {
+            quota += 1;
+            quota_over += usize::from(over);
+        } else if over {
+            return Code::OverLimit;
+        }
+    }
+    if quota > 0 && quota == quota_over {
+        Code::OverLimit
+    } else {
+        Code::Ok
     }
 }

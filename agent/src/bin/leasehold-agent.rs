@@ -19,15 +19,15 @@ use leasehold_agent::api::listen::{
 };
 use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
-use leasehold_agent::engine::{Engine, RuleSource};
+use leasehold_agent::engine::{Engine, EngineLimits, RuleSource};
 use leasehold_agent::exact::ExactGate;
 use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
-use leasehold_common::policy::envoy::{EnvoyConfig, ENVOY_FILE_LEN_MAX};
+use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
-use leasehold_common::time::{Clock, SystemClock};
+use leasehold_common::time::{Clock, SystemClock, WallClock};
 use leasehold_proto::transport::{ensure_open_files, ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -93,7 +93,8 @@ struct Args {
     /// Talk to the allocators in plaintext: only for a cluster started with --insecure.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     insecure: Option<bool>,
-    /// Add x-ratelimit-* headers to Envoy responses.
+    /// Add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset headers to Envoy
+    /// responses.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     response_headers: Option<bool>,
     /// CA (for gateways' client certificates), certificate and key (PEM) for mutual TLS on
@@ -129,6 +130,12 @@ struct Args {
     /// An HTTP request's headers must arrive within this many milliseconds.
     #[arg(long)]
     header_timeout_ms: Option<u64>,
+    /// Longest envoyproxy/ratelimit key, in bytes once encoded [default: 4096].
+    #[arg(long)]
+    ratelimit_key_len_max: Option<usize>,
+    /// Count hits envoyproxy/ratelimit rules refuse, as that service does [default: true].
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    ratelimit_count_denied: Option<bool>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -162,6 +169,8 @@ impl Args {
             connections_max: self.connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
             header_timeout_ms: self.header_timeout_ms,
+            ratelimit_key_len_max: self.ratelimit_key_len_max,
+            ratelimit_count_denied: self.ratelimit_count_denied,
         };
         (self.config, overrides)
     }
@@ -180,13 +189,7 @@ fn load_policies(cfg: &AgentConfig) -> Result<Vec<Policy>> {
 
 fn load_envoy(cfg: &AgentConfig) -> Result<EnvoyConfig> {
     Ok(match &cfg.ratelimit_config {
-        Some(p) if p.is_dir() => EnvoyConfig::load_dir(p).map_err(|e| anyhow::anyhow!("{e}"))?,
-        Some(p) => {
-            let text = read_text_capped(p, ENVOY_FILE_LEN_MAX as u64)
-                .with_context(|| format!("reading {}", p.display()))?;
-            EnvoyConfig::from_yaml(&p.display().to_string(), &text)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-        }
+        Some(p) => leasehold_agent::reload::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => EnvoyConfig::default(),
     })
 }
@@ -196,10 +199,12 @@ fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
     if cfg.standalone {
         let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // UNIX time, so that its windows start on the epoch's boundaries as an
+        // allocator's do; its leases are measured against the agent's own clock.
         let local = Arc::new(LocalGrantor::new(
             Ledger::new(LedgerConfig::root("standalone")),
             signer,
-            Arc::new(SystemClock::new()),
+            Arc::new(WallClock),
         ));
         local.install(policies).map_err(anyhow::Error::msg)?;
         let ticking = Arc::clone(&local);
@@ -221,6 +226,17 @@ fn grantor(cfg: &AgentConfig, policies: &[Policy]) -> Result<Arc<dyn Grantor>> {
         cfg.allocators.clone(),
         GRANTOR_ATTEMPTS,
     )))
+}
+
+/// Follows steps of the wall clock, so that windows keep ending on UNIX-time boundaries.
+fn keep_windows_aligned(engine: Arc<Engine>, clock: SystemClock) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            engine.sync_unix_time(clock.now());
+        }
+    });
 }
 
 async fn shutdown_signal() {
@@ -275,10 +291,18 @@ async fn run() -> Result<()> {
     let engine = Arc::new(
         Engine::builder()
             .start(clock.now())
+            .limits(EngineLimits {
+                envoy_key_len_max: cfg.ratelimit_key_len_max,
+                ..EngineLimits::default()
+            })
+            .envoy_count_denied(cfg.ratelimit_count_denied)
             .unknown_policy(cfg.unknown_policy)
             .build(rules)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
+    keep_windows_aligned(Arc::clone(&engine), clock.clone());
+    leasehold_agent::reload::spawn_watch(Arc::clone(&engine), cfg.ratelimit_config.clone())
+        .context("watching --ratelimit-config")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());

@@ -13,6 +13,8 @@
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
 //! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
+//! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
+//! ratelimit_count_denied: true       # refused hits count in their window, as that service's
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -149,7 +151,8 @@ pub struct AgentConfig {
     pub allocator_tls: Option<TlsFiles>,
     /// **INSECURE**: talk to the allocators in plaintext (a cluster started with `insecure`).
     pub insecure: bool,
-    /// Add `x-ratelimit-*` headers to Envoy rate-limit responses.
+    /// Add `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers to Envoy
+    /// rate-limit responses.
     pub response_headers: bool,
     /// Mutual TLS on the gRPC listener: gateways must present a certificate from `ca`.
     pub listen_tls: Option<TlsFiles>,
@@ -175,6 +178,12 @@ pub struct AgentConfig {
     pub idle_timeout_ms: u64,
     /// An HTTP request's headers must arrive within this many milliseconds.
     pub header_timeout_ms: u64,
+    /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded; a descriptor
+    /// whose key would be longer is answered OVER_LIMIT.
+    pub ratelimit_key_len_max: usize,
+    /// envoyproxy/ratelimit rules count hits they refuse, as that service does (false: as
+    /// with its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub ratelimit_count_denied: bool,
 }
 
 impl Default for AgentConfig {
@@ -199,6 +208,8 @@ impl Default for AgentConfig {
             connections_max: CONNECTIONS_MAX_DEFAULT,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
+            ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
+            ratelimit_count_denied: true,
         }
     }
 }
@@ -244,6 +255,10 @@ pub struct Overrides {
     pub idle_timeout_ms: Option<u64>,
     /// `--header-timeout-ms`.
     pub header_timeout_ms: Option<u64>,
+    /// `--ratelimit-key-len-max`.
+    pub ratelimit_key_len_max: Option<usize>,
+    /// `--ratelimit-count-denied[=true|false]`.
+    pub ratelimit_count_denied: Option<bool>,
 }
 
 impl AgentConfig {
@@ -321,6 +336,11 @@ impl AgentConfig {
         set_list(&mut self.allocator_keys, flags.allocator_keys);
         set(&mut self.unknown_policy, flags.unknown_policy);
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
+        set(&mut self.ratelimit_key_len_max, flags.ratelimit_key_len_max);
+        set(
+            &mut self.ratelimit_count_denied,
+            flags.ratelimit_count_denied,
+        );
         set(&mut self.connections_max, flags.connections_max);
         set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
         set(&mut self.header_timeout_ms, flags.header_timeout_ms);

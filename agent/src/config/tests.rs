@@ -20,6 +20,8 @@ decide_timeout_ms: 250
 connections_max: 64
 idle_timeout_ms: 30000
 header_timeout_ms: 2000
+ratelimit_key_len_max: 8192
+ratelimit_count_denied: false
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -70,6 +72,8 @@ fn every_field_is_read_from_the_file() {
         connections_max: 64,
         idle_timeout_ms: 30_000,
         header_timeout_ms: 2_000,
+        ratelimit_key_len_max: 8192,
+        ratelimit_count_denied: false,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -208,6 +212,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.header_timeout_ms = 86_400_001,
             "header_timeout_ms",
             "1 to 86400000",
+        ),
+        (
+            |c| c.ratelimit_key_len_max = 100_000,
+            "ratelimit_key_len_max",
+            "128 to 65536 bytes",
         ),
         (|c| c.allocators.clear(), "allocators", "at least one"),
         (

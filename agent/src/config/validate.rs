@@ -9,6 +9,10 @@ use std::path::Path;
 
 /// Longest wait for an exact decision, in milliseconds: a request waiting longer has
 /// long been given up by its caller.
+/// Shortest `ratelimit_key_len_max`: room for a rule's policy id and a short value.
+pub const RATELIMIT_KEY_LEN_MIN: usize = 128;
+/// Longest `ratelimit_key_len_max`: a request (64 KiB at most) cannot carry a longer key.
+pub const RATELIMIT_KEY_LEN_LIMIT: usize = 65_536;
 pub const DECIDE_TIMEOUT_MS_MAX: u64 = 60_000;
 /// Most policy files.
 pub const POLICY_FILES_MAX: usize = 1024;
@@ -83,6 +87,14 @@ impl AgentConfig {
             ));
         }
         self.check_listener_limits()?;
+        if !(RATELIMIT_KEY_LEN_MIN..=RATELIMIT_KEY_LEN_LIMIT).contains(&self.ratelimit_key_len_max)
+        {
+            return Err(invalid(
+                "ratelimit_key_len_max",
+                self.ratelimit_key_len_max.to_string(),
+                format!("{RATELIMIT_KEY_LEN_MIN} to {RATELIMIT_KEY_LEN_LIMIT} bytes"),
+            ));
+        }
         validate_name(&self.holder_id)
             .map_err(|e| invalid("holder_id", &self.holder_id, e.to_string()))?;
         self.check_files()?;

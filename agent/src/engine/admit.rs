@@ -62,6 +62,7 @@ pub(crate) struct Ctx<'e> {
     charges: Charges,
     wall: Option<jiff::Timestamp>,
     clock: &'e super::WallClock,
+    unix_offset: &'e super::epoch::UnixOffset,
     /// The allocator's verdicts for exact dimensions, when it was asked.
     exact: Option<&'e ExactVerdicts>,
 }
@@ -70,6 +71,11 @@ impl Ctx<'_> {
     /// Wall time, read at most once per request and only when a calendar quota needs it.
     pub(crate) fn wall(&mut self) -> jiff::Timestamp {
         *self.wall.get_or_insert_with(|| (self.clock)())
+    }
+
+    /// UNIX time at monotonic zero, read only by windows.
+    pub(crate) fn unix_offset_ns(&self) -> u64 {
+        self.unix_offset.get()
     }
 
     /// The allocator's verdict for the dimension being checked, if it gave one.
@@ -93,17 +99,18 @@ impl Ctx<'_> {
     }
 }
 
-/// Units a dimension costs: decided by the policy, times Envoy's hits.
+/// Units a dimension costs: decided by the policy, times Envoy's hits (0 hits: a check
+/// that charges nothing).
 #[inline(always)]
 pub(crate) fn units_of(p: &CompiledPolicy, req: &AdmitRequest<'_>) -> u64 {
     match p.request_cost {
         // The common case, without the cost's kind to look at or a product to check.
-        Some(cost) if req.hits <= 1 => cost,
+        Some(cost) if req.hits == 1 => cost,
         _ => p
             .policy
             .cost
             .of(req.route, req.bytes)
-            .saturating_mul(req.hits.max(1)),
+            .saturating_mul(req.hits),
     }
 }
 
@@ -275,6 +282,7 @@ impl Engine {
             charges: Charges::new(),
             wall: None,
             clock: &self.wall_clock,
+            unix_offset: &self.unix_offset,
         }
     }
 
@@ -368,7 +376,12 @@ impl Engine {
             }
             ChargeKind::Local => {
                 if let EntryState::Local(limiter) = &entry.state {
-                    limiter.lock().refund(units, at, wall);
+                    let at = super::local::LocalTime {
+                        mono: at,
+                        unix_offset_ns: self.unix_offset.get(),
+                        wall,
+                    };
+                    limiter.lock().refund(units, at);
                 }
             }
             ChargeKind::InFlight => entry.release_in_flight(units),

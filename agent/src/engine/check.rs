@@ -3,7 +3,7 @@
 use super::admit::{Ctx, Step};
 use super::decision::{DenyReason, Outcome};
 use super::fastkey::{values_hash, PlainValues};
-use super::local::LocalLimiter;
+use super::local::LocalTime;
 use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
@@ -191,16 +191,20 @@ fn check_local(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     };
     let mut guard = limiter.lock();
     // Only calendar quotas read the wall clock, and never inside the lock's short section.
-    let wall = match &*guard {
-        LocalLimiter::Calendar(_) => {
-            drop(guard);
-            let wall = ctx.wall();
-            guard = limiter.lock();
-            wall
-        }
-        _ => jiff::Timestamp::UNIX_EPOCH,
+    let wall = if guard.reads_wall() {
+        drop(guard);
+        let wall = ctx.wall();
+        guard = limiter.lock();
+        wall
+    } else {
+        jiff::Timestamp::UNIX_EPOCH
     };
-    let charge = guard.try_take(units, ctx.now, wall);
+    let at = LocalTime {
+        mono: ctx.now,
+        unix_offset_ns: ctx.unix_offset_ns(),
+        wall,
+    };
+    let charge = guard.try_take(units, at);
     drop(guard);
     if !charge.admitted {
         return Step {

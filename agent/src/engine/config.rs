@@ -15,6 +15,10 @@ pub const SHARDS_DEFAULT: usize = 64;
 pub const ACQUIRE_QUEUE_MAX_DEFAULT: usize = 4_096;
 /// Default time after which an unused key may be dropped.
 pub const KEY_IDLE_NS_DEFAULT: u64 = 60_000_000_000;
+/// Default longest key of an envoyproxy/ratelimit rule, in bytes once encoded: values are
+/// keyed as given, and a URL path or a few long header values must be counted rather than
+/// refused; the bound keeps one key's memory in check.
+pub const ENVOY_KEY_LEN_MAX_DEFAULT: usize = 4096;
 /// Default longest wait for a key's first lease before the failure behaviour applies.
 pub const ACQUIRE_WAIT_MAX_NS_DEFAULT: u64 = 250_000_000;
 
@@ -33,8 +37,11 @@ pub struct EngineLimits {
     pub key_idle_ns: u64,
     /// A key waiting this long for its first lease is treated as unreachable.
     pub acquire_wait_max_ns: u64,
-    /// Longest key built, in bytes.
+    /// Longest key of a Leasehold policy, in bytes.
     pub key_len_max: usize,
+    /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded (a descriptor
+    /// whose key would be longer is answered OVER_LIMIT).
+    pub envoy_key_len_max: usize,
 }
 
 impl Default for EngineLimits {
@@ -47,6 +54,7 @@ impl Default for EngineLimits {
             key_idle_ns: KEY_IDLE_NS_DEFAULT,
             acquire_wait_max_ns: ACQUIRE_WAIT_MAX_NS_DEFAULT,
             key_len_max: KEY_LEN_MAX_DEFAULT,
+            envoy_key_len_max: ENVOY_KEY_LEN_MAX_DEFAULT,
         }
     }
 }
@@ -74,6 +82,9 @@ impl EngineLimits {
         }
         if self.key_len_max == 0 {
             return bad("key_len_max", "must be positive".into());
+        }
+        if self.envoy_key_len_max == 0 {
+            return bad("envoy_key_len_max", "must be positive".into());
         }
         Ok(())
     }
@@ -120,7 +131,8 @@ impl std::str::FromStr for UnknownPolicy {
     }
 }
 
-/// Reads wall-clock time; used only by calendar quotas and for `effective_at`.
+/// Reads wall-clock time: for calendar quotas, `effective_at`, and where windows start
+/// (aligned to UNIX time).
 pub type WallClock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
 
 /// Builds an [`Engine`](super::Engine).
@@ -132,6 +144,7 @@ pub struct EngineBuilder {
     pub(crate) wall_clock: WallClock,
     pub(crate) start: Nanos,
     pub(crate) unknown_policy: UnknownPolicy,
+    pub(crate) envoy_count_denied: bool,
 }
 
 impl Default for EngineBuilder {
@@ -143,6 +156,7 @@ impl Default for EngineBuilder {
             wall_clock: Arc::new(jiff::Timestamp::now),
             start: Nanos::ZERO,
             unknown_policy: UnknownPolicy::default(),
+            envoy_count_denied: true,
         }
     }
 }
@@ -172,7 +186,9 @@ impl EngineBuilder {
         self
     }
 
-    /// The wall clock read by calendar quotas and `effective_at` (default: the system's).
+    /// The wall clock read by calendar quotas, `effective_at` and window alignment
+    /// (default: the system's). Read once at [`build`](Self::build) against
+    /// [`start`](Self::start) to place monotonic readings on the UNIX timeline.
     pub fn wall_clock(
         mut self,
         clock: impl Fn() -> jiff::Timestamp + Send + Sync + 'static,
@@ -184,6 +200,14 @@ impl EngineBuilder {
     /// What dimensions naming an unknown policy id get (default: refused).
     pub fn unknown_policy(mut self, setting: UnknownPolicy) -> Self {
         self.unknown_policy = setting;
+        self
+    }
+
+    /// Whether envoyproxy/ratelimit rules count hits they refuse (default: yes, as that
+    /// service does unless its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` is set). Counted,
+    /// a refused hit of 5 keeps a later hit of 1 out of the same window too.
+    pub fn envoy_count_denied(mut self, count: bool) -> Self {
+        self.envoy_count_denied = count;
         self
     }
 

@@ -2,7 +2,7 @@
 //! alone, and those of domain documents from the allocator, whose rules spend credit leased
 //! under the same policy ids the allocator's ledger holds.
 
-use super::rules::{compile, EngineError, RuleSet};
+use super::rules::{compile, CompileAs, EngineError, RuleSet};
 use leasehold_common::policy::envoy::{DomainRules, EnvoyConfig, Mapped, RuleTemplate};
 use leasehold_common::policy::{Policy, PolicyVersion};
 use std::sync::Arc;
@@ -48,13 +48,13 @@ impl RuleSet {
         &mut self,
         pv: &PolicyVersion,
         old: Option<&RuleSet>,
-        key_len_max: usize,
+        keys: CompileAs,
     ) -> Result<(), EngineError> {
         let doc = DomainDocument::of(pv, old)?;
         self.envoy.merge(&doc.rules.config)?;
         let mut indices = Vec::new();
         for (rule_id, policy) in doc.rules.policies() {
-            let index = self.add(compile(policy, pv.version, old, key_len_max)?)?;
+            let index = self.add(compile(policy, pv.version, old, keys)?)?;
             self.envoy_rules.insert(rule_id.to_owned(), index);
             indices.push(index);
         }
@@ -68,7 +68,7 @@ impl RuleSet {
         &mut self,
         envoy: &EnvoyConfig,
         old: Option<&RuleSet>,
-        key_len_max: usize,
+        keys: CompileAs,
     ) -> Result<(), EngineError> {
         self.envoy.merge(envoy)?;
         for rule in envoy.to_policies(&RuleTemplate::process()) {
@@ -83,7 +83,7 @@ impl RuleSet {
                     })
                 }
             };
-            let compiled = compile(&policy, super::ENVOY_POLICY_VERSION, old, key_len_max)?;
+            let compiled = compile(&policy, super::ENVOY_POLICY_VERSION, old, keys)?;
             let index = self.add(compiled)?;
             self.envoy_rules.insert(rule.rule_id, index);
         }
@@ -94,14 +94,15 @@ impl RuleSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::EngineLimits;
     use crate::engine::RuleSource;
-    use leasehold_common::key::KEY_LEN_MAX_DEFAULT;
     use leasehold_common::policy::Scope;
 
     const EDGE: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
 
     fn build(source: RuleSource, old: Option<&RuleSet>) -> RuleSet {
-        RuleSet::build(source, old, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap()
+        let options = crate::engine::rules::RuleOptions::new(&EngineLimits::default(), true);
+        RuleSet::build(source, old, &options, jiff::Timestamp::now()).unwrap()
     }
 
     fn only_policy(set: &RuleSet) -> (&str, Scope, u64) {

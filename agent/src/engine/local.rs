@@ -31,11 +31,30 @@ pub enum LocalConfigError {
 /// creating a key's state cannot fail.
 #[derive(Clone, Debug)]
 pub(crate) enum LocalSpec {
-    TokenBucket { rate: Rate, burst: u64 },
-    Gcra { rate: Rate, burst: u64 },
-    FixedWindow { limit: u64, window_ns: u64 },
-    SlidingWindow { limit: u64, window_ns: u64 },
-    Calendar { prototype: CalendarQuota },
+    TokenBucket {
+        rate: Rate,
+        burst: u64,
+    },
+    Gcra {
+        rate: Rate,
+        burst: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    /// A fixed window that counts refused costs too.
+    CountingWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    SlidingWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    Calendar {
+        prototype: CalendarQuota,
+    },
 }
 
 fn missing(policy: &Policy, field: &'static str) -> LocalConfigError {
@@ -100,6 +119,16 @@ impl LocalSpec {
         Ok(Some(spec))
     }
 
+    /// This spec with fixed windows counting refused costs too (others unchanged).
+    pub(crate) fn counting_denied(self) -> LocalSpec {
+        match self {
+            LocalSpec::FixedWindow { limit, window_ns } => {
+                LocalSpec::CountingWindow { limit, window_ns }
+            }
+            other => other,
+        }
+    }
+
     /// A fresh limiter with its whole limit available at `now`.
     pub(crate) fn build(&self, now: Nanos) -> LocalLimiter {
         match self {
@@ -113,11 +142,16 @@ impl LocalSpec {
                     .or_else(|_| Gcra::full(*rate, 1, now))
                     .expect("a burst of one is always representable"),
             ),
+            // Windows count on the UNIX timeline (`LocalTime::unix`): made at its origin,
+            // a counter moves to the current window at its first charge.
             LocalSpec::FixedWindow { limit, window_ns } => LocalLimiter::FixedWindow(
-                FixedWindow::new(*limit, *window_ns, now).expect("checked positive"),
+                FixedWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
+            ),
+            LocalSpec::CountingWindow { limit, window_ns } => LocalLimiter::CountingWindow(
+                FixedWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
             ),
             LocalSpec::SlidingWindow { limit, window_ns } => LocalLimiter::SlidingWindow(
-                SlidingWindow::new(*limit, *window_ns, now).expect("checked positive"),
+                SlidingWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
             ),
             LocalSpec::Calendar { prototype } => LocalLimiter::Calendar(prototype.clone()),
         }
@@ -130,6 +164,8 @@ pub(crate) enum LocalLimiter {
     TokenBucket(TokenBucket),
     Gcra(Gcra),
     FixedWindow(FixedWindow),
+    /// Charged with [`FixedWindow::take_counting_denied`].
+    CountingWindow(FixedWindow),
     SlidingWindow(SlidingWindow),
     Calendar(CalendarQuota),
 }
@@ -144,10 +180,11 @@ pub(crate) struct LocalCharge {
 }
 
 impl LocalLimiter {
-    /// Charges `cost` at monotonic `now` (wall time `wall` for calendar quotas). One
-    /// dispatch on the algorithm for the charge and its reset time together.
+    /// Charges `cost` at `at`. One dispatch on the algorithm for the charge and its reset
+    /// time together.
     #[inline]
-    pub(crate) fn try_take(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) -> LocalCharge {
+    pub(crate) fn try_take(&mut self, cost: u64, at: LocalTime) -> LocalCharge {
+        let now = at.mono;
         match self {
             LocalLimiter::TokenBucket(l) => {
                 let decision = l.try_take(cost, now);
@@ -158,11 +195,18 @@ impl LocalLimiter {
                 charge(decision, l.tat().saturating_since(now))
             }
             LocalLimiter::FixedWindow(l) => {
-                let decision = l.try_take(cost, now);
-                charge(decision, l.window_bounds(now).1.saturating_since(now))
+                let unix = at.unix();
+                let decision = l.try_take(cost, unix);
+                charge(decision, l.window_bounds(unix).1.saturating_since(unix))
             }
-            LocalLimiter::SlidingWindow(l) => charge(l.try_take(cost, now), l.window_ns()),
+            LocalLimiter::CountingWindow(l) => {
+                let unix = at.unix();
+                let decision = l.take_counting_denied(cost, unix);
+                charge(decision, l.window_bounds(unix).1.saturating_since(unix))
+            }
+            LocalLimiter::SlidingWindow(l) => charge(l.try_take(cost, at.unix()), l.window_ns()),
             LocalLimiter::Calendar(l) => {
+                let wall = at.wall;
                 let decision = l.try_take(cost, wall);
                 let reset_after_ns = l.current_period().map_or(0, |(_, end)| {
                     let ns = end.as_nanosecond() - wall.as_nanosecond();
@@ -173,15 +217,38 @@ impl LocalLimiter {
         }
     }
 
-    /// Undoes a charge made at `now` / `wall` (a later dimension refused the request).
-    pub(crate) fn refund(&mut self, cost: u64, now: Nanos, wall: jiff::Timestamp) {
+    /// Undoes a charge made at `at` (a later dimension refused the request).
+    pub(crate) fn refund(&mut self, cost: u64, at: LocalTime) {
         match self {
-            LocalLimiter::TokenBucket(l) => l.refund(cost, now),
-            LocalLimiter::Gcra(l) => l.refund(cost, now),
-            LocalLimiter::FixedWindow(l) => l.refund(cost, now),
-            LocalLimiter::SlidingWindow(l) => l.refund(cost, now),
-            LocalLimiter::Calendar(l) => l.refund(cost, wall),
+            LocalLimiter::TokenBucket(l) => l.refund(cost, at.mono),
+            LocalLimiter::Gcra(l) => l.refund(cost, at.mono),
+            LocalLimiter::FixedWindow(l) | LocalLimiter::CountingWindow(l) => {
+                l.refund(cost, at.unix())
+            }
+            LocalLimiter::SlidingWindow(l) => l.refund(cost, at.unix()),
+            LocalLimiter::Calendar(l) => l.refund(cost, at.wall),
         }
+    }
+
+    /// Whether deciding needs the wall clock (calendar quotas).
+    pub(crate) fn reads_wall(&self) -> bool {
+        matches!(self, LocalLimiter::Calendar(_))
+    }
+}
+
+/// When a local limiter decides: buckets read the monotonic time, windows the same
+/// instant on the UNIX timeline (aligned to the epoch), calendar quotas wall time.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct LocalTime {
+    pub mono: Nanos,
+    /// UNIX time at monotonic zero.
+    pub unix_offset_ns: u64,
+    pub wall: jiff::Timestamp,
+}
+
+impl LocalTime {
+    fn unix(&self) -> Nanos {
+        self.mono.saturating_add_ns(self.unix_offset_ns)
     }
 }
 

@@ -54,6 +54,7 @@ mod config;
 mod decision;
 mod domains;
 mod earn;
+mod epoch;
 mod exact;
 mod fastkey;
 mod leased;
@@ -75,7 +76,8 @@ mod undo;
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
     EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,
-    ACQUIRE_WAIT_MAX_NS_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT, SHARDS_DEFAULT,
+    ACQUIRE_WAIT_MAX_NS_DEFAULT, ENVOY_KEY_LEN_MAX_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT,
+    SHARDS_DEFAULT,
 };
 pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
@@ -91,7 +93,7 @@ pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
 
 use arc_swap::ArcSwap;
-use leasehold_common::policy::envoy::MatchedRule;
+use leasehold_common::policy::envoy::{EnvoyConfig, MatchedRule};
 use leasehold_common::policy::PolicyVersion;
 use leasehold_common::time::Nanos;
 use parking_lot::Mutex;
@@ -115,10 +117,12 @@ pub struct Engine {
     reload_lock: Mutex<()>,
     table: KeyTable,
     limits: EngineLimits,
+    rule_options: rules::RuleOptions,
     unknown_policy: UnknownPolicy,
     instance_id: u32,
     protector: Option<Protector>,
     wall_clock: WallClock,
+    unix_offset: epoch::UnixOffset,
     acquire_tx: SyncSender<AcquireRequest>,
     acquire_rx: Mutex<Option<AcquireReceiver>>,
     counters: EngineCounters,
@@ -138,8 +142,9 @@ impl EngineBuilder {
     /// Builds an engine enforcing `rules`.
     pub fn build(self, rules: RuleSource) -> Result<Engine, EngineError> {
         self.limits.check()?;
+        let options = rules::RuleOptions::new(&self.limits, self.envoy_count_denied);
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(rules, None, self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(rules, None, &options, wall)?;
         let (acquire_tx, acquire_rx) = acquire::channel(self.limits.acquire_queue_max);
         let stripes = stripes::stripe_count();
         Ok(Engine {
@@ -154,9 +159,11 @@ impl EngineBuilder {
                 stripes,
             ),
             limits: self.limits,
+            rule_options: options,
             unknown_policy: self.unknown_policy,
             instance_id: self.instance_id,
             protector: self.self_protection.map(|s| Protector::new(s, self.start)),
+            unix_offset: epoch::UnixOffset::new(wall, self.start),
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
@@ -189,7 +196,21 @@ impl Engine {
         let _guard = self.reload_lock.lock();
         let old = self.rules.load_full();
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(rules, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(rules, Some(&old), &self.rule_options, wall)?;
+        self.store_rules(set);
+        Ok(())
+    }
+
+    /// Replaces the envoyproxy/ratelimit rules read from a local file, keeping every
+    /// policy; atomic as [`reload`](Self::reload) is, and unchanged rules keep their
+    /// counts. On an error nothing changes.
+    pub fn reload_envoy(&self, envoy: EnvoyConfig) -> Result<(), EngineError> {
+        let _guard = self.reload_lock.lock();
+        let old = self.rules.load_full();
+        let mut source = old.source.clone();
+        source.envoy = Some(envoy);
+        let wall = (self.wall_clock)();
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(())
     }
@@ -216,7 +237,7 @@ impl Engine {
         let mut source = old.source.clone();
         source.policies.retain(|p| p.policy.id != id || pending);
         source.policies.push(pv);
-        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(true)
     }
@@ -231,7 +252,7 @@ impl Engine {
             return Ok(false);
         }
         let wall = (self.wall_clock)();
-        let set = RuleSet::build(source, Some(&old), self.limits.key_len_max, wall)?;
+        let set = RuleSet::build(source, Some(&old), &self.rule_options, wall)?;
         self.store_rules(set);
         Ok(true)
     }

@@ -45,7 +45,8 @@ pub struct AdmitRequest<'a> {
     pub route: Option<&'a str>,
     /// The body size as the enforcer measured it, for `bytes` costs.
     pub bytes: Option<u64>,
-    /// Envoy's `hits_addend`: how many requests this call stands for (0 counts as 1).
+    /// Envoy's `hits_addend`: how many requests this call stands for; 0 checks the limit
+    /// without charging it.
     pub hits: u64,
     /// Compared against `min_priority` when a policy is restricted.
     pub priority: u8,

@@ -1,6 +1,7 @@
 //! The rule set: Leasehold policies and envoyproxy/ratelimit rules, compiled for the hot
 //! path and swapped whole on reload.
 
+use super::config::EngineLimits;
 use super::decision::PolicyId;
 use super::domains::DomainDocument;
 use super::earn::EarnRate;
@@ -199,7 +200,7 @@ impl RuleSet {
     pub(crate) fn build(
         source: RuleSource,
         old: Option<&RuleSet>,
-        key_len_max: usize,
+        options: &RuleOptions,
         wall: jiff::Timestamp,
     ) -> Result<RuleSet, EngineError> {
         let (chosen, pending_at) = choose_versions(&source.policies, wall)?;
@@ -209,13 +210,14 @@ impl RuleSet {
         };
         for pv in chosen {
             if pv.policy.ratelimit.is_some() {
-                set.add_document(pv, old, key_len_max)?;
+                set.add_document(pv, old, CompileAs::envoy(options))?;
             } else {
-                set.add(compile(&pv.policy, pv.version, old, key_len_max)?)?;
+                let keys = CompileAs::policies(options);
+                set.add(compile(&pv.policy, pv.version, old, keys)?)?;
             }
         }
         if let Some(envoy) = &source.envoy {
-            set.add_local_envoy(envoy, old, key_len_max)?;
+            set.add_local_envoy(envoy, old, CompileAs::envoy(options))?;
         }
         set.source = source;
         Ok(set)
@@ -282,11 +284,61 @@ fn choose_versions(
     Ok((chosen, pending_at))
 }
 
+/// Settings every rule set of one engine is built with.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RuleOptions {
+    pub(crate) key_len_max: usize,
+    pub(crate) envoy_key_len_max: usize,
+    /// envoyproxy/ratelimit rules count refused hits too, as that service does.
+    pub(crate) envoy_count_denied: bool,
+}
+
+impl RuleOptions {
+    pub(crate) fn new(limits: &EngineLimits, envoy_count_denied: bool) -> RuleOptions {
+        RuleOptions {
+            key_len_max: limits.key_len_max,
+            envoy_key_len_max: limits.envoy_key_len_max,
+            envoy_count_denied,
+        }
+    }
+}
+
+/// How one kind of rule is compiled: how its keys are built and its windows count.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct CompileAs {
+    key_len_max: usize,
+    /// Values keyed as given.
+    verbatim: bool,
+    /// Windows count refused hits too.
+    count_denied: bool,
+}
+
+impl CompileAs {
+    /// Leasehold policies: values canonicalised, refused requests charge nothing.
+    pub(super) fn policies(options: &RuleOptions) -> CompileAs {
+        CompileAs {
+            key_len_max: options.key_len_max,
+            verbatim: false,
+            count_denied: false,
+        }
+    }
+
+    /// envoyproxy/ratelimit rules: values keyed as given and windows counting as that
+    /// service's do.
+    pub(super) fn envoy(options: &RuleOptions) -> CompileAs {
+        CompileAs {
+            key_len_max: options.envoy_key_len_max,
+            verbatim: true,
+            count_denied: options.envoy_count_denied,
+        }
+    }
+}
+
 pub(super) fn compile(
     policy: &Policy,
     version: u64,
     old: Option<&RuleSet>,
-    key_len_max: usize,
+    keys: CompileAs,
 ) -> Result<Arc<CompiledPolicy>, EngineError> {
     let previous = old.and_then(|o| o.by_id.get(policy.id.as_str()).map(|&i| &o.policies[i]));
     if let Some(prev) = previous {
@@ -301,13 +353,19 @@ pub(super) fn compile(
     };
     let schema = KeySchema::new(policy)
         .map_err(invalid)?
-        .with_key_len_max(key_len_max);
+        .with_key_len_max(keys.key_len_max);
+    let schema = if keys.verbatim {
+        schema.verbatim()
+    } else {
+        schema
+    };
     let enforcement = if policy.enforcement == leasehold_common::policy::Enforcement::Exact {
         Enforcement::Exact
     } else if is_leased(policy) {
         Enforcement::Leased
     } else {
         match LocalSpec::of(policy)? {
+            Some(spec) if keys.count_denied => Enforcement::Local(spec.counting_denied()),
             Some(spec) => Enforcement::Local(spec),
             None => Enforcement::Concurrency {
                 max_in_flight: policy.concurrency.map_or(1, |c| c.max_in_flight),
@@ -370,7 +428,6 @@ pub(super) fn compile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_common::key::KEY_LEN_MAX_DEFAULT;
 
     fn policy(id: &str) -> Policy {
         Policy::from_yaml(&format!(
@@ -386,8 +443,13 @@ mod tests {
         let long = "a-policy-id-longer-than-a-hint-holds";
         let ids = ["leased", "tenant", "route", "x", long, "tenanu", "le-sed"];
         let source = RuleSource::from_policies(ids.map(policy));
-        let rules =
-            RuleSet::build(source, None, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap();
+        let rules = RuleSet::build(
+            source,
+            None,
+            &RuleOptions::new(&EngineLimits::default(), true),
+            jiff::Timestamp::now(),
+        )
+        .unwrap();
         let mut hints = PolicyHints::default();
         for round in 0..3 {
             for (i, id) in ids.iter().enumerate().cycle().skip(round).take(20) {
@@ -408,8 +470,13 @@ mod tests {
                  cost: {{unit: request, default: {cost}}}\n"
             );
             let source = RuleSource::from_policies([Policy::from_yaml(&yaml).unwrap()]);
-            let rules =
-                RuleSet::build(source, None, KEY_LEN_MAX_DEFAULT, jiff::Timestamp::now()).unwrap();
+            let rules = RuleSet::build(
+                source,
+                None,
+                &RuleOptions::new(&EngineLimits::default(), true),
+                jiff::Timestamp::now(),
+            )
+            .unwrap();
             let p = rules.policy("p").unwrap();
             let per = p.policy.rate.unwrap().to_rate().unwrap();
             let by_rate = |units| per.ns_until(units, 0);

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // Each test binary uses a different part.
 
 pub mod envoy;
+pub mod rls;
 
 use leasehold_agent::config::TlsFiles;
 use leasehold_proto::transport::{

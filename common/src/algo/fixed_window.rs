@@ -1,7 +1,9 @@
 //! The fixed window counter: at most `limit` units per window of `window_ns`.
 //!
-//! Windows are aligned to multiples of `window_ns` on the monotonic timeline: window `k`
-//! is `[k·W, (k+1)·W)`. Each window starts from zero; nothing carries over.
+//! Windows are aligned to multiples of `window_ns` on the timeline of the times given:
+//! window `k` is `[k·W, (k+1)·W)`. Each window starts from zero; nothing carries over.
+//! Callers pass UNIX time (nanoseconds since the epoch), so that a daily window ends at
+//! 00:00 UTC and every process counting the same window agrees on where it starts.
 //!
 //! # Bound
 //!
@@ -80,6 +82,31 @@ impl FixedWindow {
         let now = window::observe(&mut self.last, now);
         window::roll([&mut self.count], &mut self.index, now.0 / self.window_ns);
         now
+    }
+}
+
+impl FixedWindow {
+    /// Counts `cost` whether or not it fits, as envoyproxy/ratelimit's counters do:
+    /// admitted when the window's count after it is within the limit. A refused cost still
+    /// counts, so a smaller one after it is refused too until the window ends; a cost of 0
+    /// checks without charging (refused only once the count is over the limit).
+    pub fn take_counting_denied(&mut self, cost: u64, now: Nanos) -> Decision {
+        let now = self.advance(now);
+        self.count = self.count.saturating_add(cost);
+        if self.count <= self.limit {
+            return Decision::Admit {
+                remaining: self.limit - self.count,
+            };
+        }
+        let retry_after_ns = if cost > self.limit {
+            u64::MAX
+        } else {
+            ns_until_window(u128::from(self.index) + 1, self.window_ns, now)
+        };
+        Decision::Deny {
+            remaining: 0,
+            retry_after_ns,
+        }
     }
 }
 
@@ -208,6 +235,34 @@ mod tests {
             f.window_bounds(Nanos::MAX).0,
             Nanos(u64::MAX / W * W),
             "window start stays on the timeline"
+        );
+    }
+
+    #[test]
+    fn counting_denied_costs_keeps_them() {
+        let mut f = FixedWindow::new(3, W, Nanos(0)).unwrap();
+        assert_eq!(
+            f.take_counting_denied(2, Nanos(0)),
+            Decision::Admit { remaining: 1 }
+        );
+        let deny = Decision::Deny {
+            remaining: 0,
+            retry_after_ns: W,
+        };
+        assert_eq!(f.take_counting_denied(2, Nanos(0)), deny, "2 + 2 > 3");
+        assert_eq!(f.count(), 4, "the refused cost counts");
+        assert_eq!(f.take_counting_denied(0, Nanos(0)), deny, "a check, over");
+        assert_eq!(f.take_counting_denied(1, Nanos(0)), deny);
+        assert_eq!(
+            f.take_counting_denied(0, Nanos(W)),
+            Decision::Admit { remaining: 3 },
+            "a check charges nothing"
+        );
+        assert!(f.take_counting_denied(3, Nanos(W)).is_admit());
+        assert_eq!(
+            f.take_counting_denied(0, Nanos(W)),
+            Decision::Admit { remaining: 0 },
+            "a full window is not over"
         );
     }
 

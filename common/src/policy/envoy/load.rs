@@ -37,6 +37,12 @@ struct RawDescriptor {
     value_to_metric: bool,
     #[serde(default)]
     share_threshold: bool,
+    #[serde(default)]
+    quota_mode: bool,
+    /// Returned by that service only in its optional dynamic metadata; accepted and not
+    /// used here.
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -217,6 +223,7 @@ impl Loader {
             limit,
             name: (!rl.name.is_empty()).then(|| rl.name.clone()),
             shadow_mode: raw.shadow_mode,
+            quota_mode: raw.quota_mode,
             unlimited: rl.unlimited,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
             detailed_metric: raw.detailed_metric,

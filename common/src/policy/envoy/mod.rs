@@ -28,8 +28,9 @@
 //! `rate_limit` with `unit` (`second`, `minute`, `hour`, `day`, `week`, `month`, `year`,
 //! any letter case), `requests_per_unit`, `unlimited` (then no `unit`), `name` and
 //! `replaces: [{name}]` (non-empty names, not the rule's own); `shadow_mode`,
-//! `detailed_metric`, `value_to_metric`, `share_threshold` (only on a wildcard value) and
-//! nested `descriptors`. Anything else is refused. Two rules with the same key and value
+//! `quota_mode`, `metadata` (accepted, not used), `detailed_metric`, `value_to_metric`,
+//! `share_threshold` (only on a wildcard value) and nested `descriptors`. Anything else is
+//! refused. Two rules with the same key and value
 //! at one level, or two files with one domain, are errors.
 //!
 //! **Matching** ([`EnvoyConfig::lookup`]) walks the request's descriptor entries in order,
@@ -153,6 +154,9 @@ pub struct MatchedRule {
     pub limit: Option<EnvoyLimit>,
     pub name: Option<String>,
     pub shadow_mode: bool,
+    /// Over its limit, this rule alone does not refuse the request: only when every quota
+    /// rule a request matched is over (and no other rule refuses) is it refused.
+    pub quota_mode: bool,
     /// Never limited.
     pub unlimited: bool,
     /// Names of rules this one replaces when both apply to one request.

@@ -155,8 +155,15 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
                     changed,
                 });
             }
+            // Parsed and validated here, once: the log carries the document as the policy
+            // writes itself (no comments, anchors or nesting beyond the schema's), so a
+            // document every replica must parse again can never be hostile or refused.
+            let policy = admin_prepare(&r.yaml, r.shadow).map_err(|e| admin_status(&e))?;
+            let yaml = policy
+                .to_yaml()
+                .map_err(|e| Status::internal(format!("writing the policy back: {e}")))?;
             let cmd = StateCommand::ApplyPolicy {
-                yaml: r.yaml,
+                yaml,
                 shadow: r.shadow,
                 effective_at_ns: r.effective_at_ms.saturating_mul(1_000_000),
                 actor,

@@ -16,6 +16,8 @@ use std::future::Future;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
+#[path = "admin_backup.rs"]
+mod backup_calls;
 #[path = "admin_budget.rs"]
 mod budget_calls;
 
@@ -427,6 +429,21 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
             .await
         })
         .await
+    }
+
+    async fn backup(
+        &self,
+        req: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupResponse>, Status> {
+        self.serve(req, |_, _| self.take_backup()).await
+    }
+
+    async fn restore(
+        &self,
+        req: Request<pb::RestoreRequest>,
+    ) -> Result<Response<pb::RestoreResponse>, Status> {
+        self.serve(req, |actor, r| self.restore_from(actor, r))
+            .await
     }
 
     type TailAuditStream = tokio_stream::wrappers::ReceiverStream<Result<pb::AuditEntry, Status>>;

@@ -91,6 +91,13 @@ impl AllocatorState {
             {
                 Err(delegated_refusal())
             }
+            StateCommand::Restore {
+                backup,
+                reason,
+                actor,
+            } => {
+                return self.apply_restore(now, &backup, (&actor, &reason));
+            }
             StateCommand::MirrorPolicy {
                 yaml,
                 upstream_version,

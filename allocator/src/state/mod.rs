@@ -7,6 +7,7 @@
 //! caller, with the state before and after.
 
 mod admin;
+pub mod backup;
 mod preview;
 mod ratelimit;
 pub mod records;
@@ -74,6 +75,12 @@ pub enum StateCommand {
         reason: String,
         actor: String,
     },
+    /// A new root cluster takes on the state of a backup (see [`backup`]).
+    Restore {
+        backup: Vec<u8>,
+        reason: String,
+        actor: String,
+    },
     /// A delegated allocator takes on its upstream's newest version of a policy.
     MirrorPolicy {
         yaml: String,
@@ -114,6 +121,7 @@ pub enum StateOutput {
         watch_seq: u64,
     },
     Budget,
+    Restored(backup::Restored),
     Refused(AdminError),
 }
 

@@ -19,8 +19,20 @@ impl Ledger {
     /// Writes off every lease past its expiry plus grace: whatever its holder did not report
     /// counts as spent (stranded) and is never granted again.
     fn expire_due(&mut self, now: Nanos) -> (u64, u64) {
+        self.write_off_due(now, now)
+    }
+
+    /// Writes off every outstanding lease at `now`, whatever its expiry, as if its holder
+    /// had vanished: `(leases, units)` written off. State restored from a backup starts
+    /// this way, because the holders of those leases may still spend them, and a restore
+    /// must never grant their credit a second time.
+    pub fn write_off_all(&mut self, now: Nanos) -> (u64, u64) {
+        self.write_off_due(Nanos(u64::MAX), now)
+    }
+
+    fn write_off_due(&mut self, due_by: Nanos, now: Nanos) -> (u64, u64) {
         let (mut expired, mut stranded) = (0u64, 0u64);
-        while let Some(id) = self.book.next_due(now) {
+        while let Some(id) = self.book.next_due(due_by) {
             let rec = self.book.get(id).expect("due lease is live");
             let (key, unspent) = (rec.lease.key.clone(), rec.unspent());
             let origin = super::holder_ops::origin_of(&rec.lease);

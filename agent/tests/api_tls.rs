@@ -58,7 +58,7 @@ async fn start(cfg: &AgentConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<(
         unreachable!("bound to TCP")
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_grpc(router, listener, cfg.grpc_limits(), async {
+    tokio::spawn(serve_grpc(router, listener, cfg.grpc_limits(64), async {
         let _ = stopped.await;
     }));
     (addr, stop)

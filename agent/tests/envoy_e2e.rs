@@ -47,7 +47,7 @@ fn start(envoy_bin: &Path) -> Stack {
             "--standalone",
             "--ratelimit-config",
             rules.to_str().unwrap(),
-            // x-ratelimit-reset tells where the window ends.
+            // ratelimit-reset tells where the window ends.
             "--response-headers",
         ],
     );
@@ -89,7 +89,7 @@ fn envoy_answers_429_with_x_envoy_ratelimited_once_a_tenant_spent_its_limit() {
     let resets: Vec<u64> = acme.iter().map(reset_s).collect();
     assert!(
         resets.windows(2).all(|w| w[1] <= w[0]),
-        "the burst crossed a window boundary (x-ratelimit-reset {resets:?})"
+        "the burst crossed a window boundary (ratelimit-reset {resets:?})"
     );
     for (i, r) in acme[..LIMIT].iter().enumerate() {
         assert_eq!(
@@ -101,7 +101,7 @@ fn envoy_answers_429_with_x_envoy_ratelimited_once_a_tenant_spent_its_limit() {
         assert_eq!(r.header("x-envoy-ratelimited"), None, "{r:?}");
         let remaining = (LIMIT - 1 - i).to_string();
         assert_eq!(
-            r.header("x-ratelimit-remaining"),
+            r.header("ratelimit-remaining"),
             Some(remaining.as_str()),
             "{r:?}"
         );
@@ -114,7 +114,7 @@ fn envoy_answers_429_with_x_envoy_ratelimited_once_a_tenant_spent_its_limit() {
             LIMIT + 1 + i
         );
         assert_eq!(r.header("x-envoy-ratelimited"), Some("true"), "{r:?}");
-        assert_eq!(r.header("x-ratelimit-remaining"), Some("0"), "{r:?}");
+        assert_eq!(r.header("ratelimit-remaining"), Some("0"), "{r:?}");
     }
     assert_eq!(
         s.upstream.served() - served_before,
@@ -128,11 +128,11 @@ fn envoy_answers_429_with_x_envoy_ratelimited_once_a_tenant_spent_its_limit() {
         (200, "ok"),
         "another tenant has its own {LIMIT}: {globex:?}"
     );
-    assert_eq!(globex.header("x-ratelimit-remaining"), Some("4"));
+    assert_eq!(globex.header("ratelimit-remaining"), Some("4"));
     // Without the header Envoy builds no descriptor and does not ask the agent.
     let anonymous = s.envoy.get("/", &[]);
     assert_eq!(anonymous.status, 200, "{anonymous:?}");
-    assert_eq!(anonymous.header("x-ratelimit-limit"), None, "{anonymous:?}");
+    assert_eq!(anonymous.header("ratelimit-limit"), None, "{anonymous:?}");
 }
 
 /// `cluster.upstream.ratelimit.<name>` from Envoy's admin stats: the rate-limit filter

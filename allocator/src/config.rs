@@ -87,8 +87,9 @@ impl Default for RaftTiming {
 #[serde(deny_unknown_fields, default)]
 pub struct ListenerSettings {
     /// Connections open at once; more wait in the kernel's backlog. The process raises its
-    /// open-file limit to fit them at start-up, or refuses to start.
-    pub connections_max: usize,
+    /// open-file limit to fit them at start-up, or refuses to start. Unset: 10 000, lowered
+    /// (with a warning) as far as the open-file hard limit requires.
+    pub connections_max: Option<usize>,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
 }
@@ -99,29 +100,29 @@ pub const ALLOCATOR_CONNECTIONS_MAX_DEFAULT: usize = 10_000;
 impl Default for ListenerSettings {
     fn default() -> Self {
         ListenerSettings {
-            connections_max: ALLOCATOR_CONNECTIONS_MAX_DEFAULT,
+            connections_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
         }
     }
 }
 
 impl ListenerSettings {
-    pub fn limits(&self) -> ListenerLimits {
+    /// The bounds, with `connections_max` as fitted to the open-file limit.
+    pub fn limits(&self, connections_max: usize) -> ListenerLimits {
         ListenerLimits {
-            connections_max: self.connections_max,
+            connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
         }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=CONNECTIONS_MAX_LIMIT).contains(&self.connections_max) {
-            return Err(invalid(
-                "listener.connections_max",
-                format!(
-                    "{}: must be 1 to {CONNECTIONS_MAX_LIMIT}",
-                    self.connections_max
-                ),
-            ));
+        if let Some(n) = self.connections_max {
+            if !(1..=CONNECTIONS_MAX_LIMIT).contains(&n) {
+                return Err(invalid(
+                    "listener.connections_max",
+                    format!("{n}: must be 1 to {CONNECTIONS_MAX_LIMIT}"),
+                ));
+            }
         }
         // Raft heartbeats and watch keep-alives are far more frequent than a second.
         if !(1_000..=IDLE_TIMEOUT_MS_MAX).contains(&self.idle_timeout_ms) {

@@ -1,7 +1,7 @@
 //! One allocator node: Raft, the lease and admin services, metrics and expiry ticks, from
 //! an [`AllocatorConfig`].
 
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, ALLOCATOR_CONNECTIONS_MAX_DEFAULT};
 use crate::http::{router as http_router, serve as serve_http, ReadinessCheck};
 use crate::metrics::{ledger_figures, AllocatorMetrics};
 use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
@@ -18,9 +18,8 @@ use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
-    cluster_member_id, ensure_crypto_provider, ensure_open_files, server_tls_config, AuthMode,
+    cluster_member_id, ensure_crypto_provider, fit_connections, server_tls_config, AuthMode,
     ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
-    OPEN_FILES_HEADROOM,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -158,9 +157,13 @@ pub async fn run(
     private_dir(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("data_dir {}: {e}", cfg.data_dir.display())))?;
     // The gRPC and HTTP listeners each hold up to `connections_max`.
-    let needed = 2 * cfg.listener.connections_max as u64 + OPEN_FILES_HEADROOM;
-    let open_files = ensure_open_files(needed).map_err(|e| ServerError::Config(e.to_string()))?;
-    tracing::debug!(open_files, "open-file limit");
+    let connections_max = fit_connections(
+        cfg.listener.connections_max,
+        ALLOCATOR_CONNECTIONS_MAX_DEFAULT,
+        2,
+    )
+    .map_err(|e| ServerError::Config(e.to_string()))?;
+    let limits = cfg.listener.limits(connections_max);
     let signer = Arc::new(signing_key(&cfg.signing_key)?);
     tracing::info!(
         key_id = signer.key_id(),
@@ -206,7 +209,7 @@ pub async fn run(
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
         raft_cluster: Some(cfg.cluster.clone()),
-        listener_limits: cfg.listener.limits(),
+        listener_limits: limits,
         ..NodeHooks::default()
     };
     let listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
@@ -260,7 +263,7 @@ pub async fn run(
     tokio::spawn(serve_http(
         http_listener,
         http_router(Arc::clone(&metrics), ready),
-        cfg.listener.limits(),
+        limits,
         http_stop,
     ));
     let tick_stop = {

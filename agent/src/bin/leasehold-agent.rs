@@ -28,7 +28,7 @@ use leasehold_common::policy::envoy::EnvoyConfig;
 use leasehold_common::policy::{Policy, POLICY_YAML_LEN_MAX};
 use leasehold_common::read::read_text_capped;
 use leasehold_common::time::{Clock, SystemClock, WallClock};
-use leasehold_proto::transport::{ensure_open_files, ChannelFactory, ChannelSettings};
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -282,8 +282,7 @@ async fn run() -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cfg = AgentConfig::resolve(file.as_deref(), flags)?;
-    let open_files = ensure_open_files(cfg.open_files_needed())?;
-    tracing::debug!(open_files, "open-file limit");
+    let connections_max = cfg.fit_connections()?;
     let policies = load_policies(&cfg)?;
     let mut rules = RuleSource::from_policies(policies.clone());
     rules.envoy = Some(load_envoy(&cfg)?);
@@ -353,7 +352,7 @@ async fn run() -> Result<()> {
     let grpc_task = tokio::spawn(serve_grpc(
         grpc,
         grpc_listener,
-        cfg.grpc_limits(),
+        cfg.grpc_limits(connections_max),
         stopped(rx.clone()),
     ));
 
@@ -366,7 +365,7 @@ async fn run() -> Result<()> {
         router,
         http_listener,
         http_tls,
-        cfg.http_limits(),
+        cfg.http_limits(connections_max),
         stopped(rx),
     ));
 

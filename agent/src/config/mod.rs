@@ -37,8 +37,8 @@ use crate::api::listen::{HttpLimits, ListenAddr};
 pub use crate::engine::UnknownPolicy;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_proto::transport::{
-    ClientTransport, ListenerLimits, TlsConfigError, TlsPaths, TlsPem, CONNECTIONS_MAX_DEFAULT,
-    HEADER_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
+    fit_connections, ClientTransport, ListenerLimits, OpenFilesError, TlsConfigError, TlsPaths,
+    TlsPem, CONNECTIONS_MAX_DEFAULT, HEADER_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_DEFAULT,
 };
 use serde::Deserialize;
 use std::io::Read;
@@ -173,7 +173,8 @@ pub struct AgentConfig {
     pub decide_timeout_ms: u64,
     /// Connections each listener (gRPC, HTTP) keeps open at once; more wait in the kernel's
     /// backlog. The process raises its open-file limit to fit both, or refuses to start.
-    pub connections_max: usize,
+    /// Unset: 1 024, lowered (with a warning) as far as the open-file hard limit requires.
+    pub connections_max: Option<usize>,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
     /// An HTTP request's headers must arrive within this many milliseconds.
@@ -205,7 +206,7 @@ impl Default for AgentConfig {
             allocator_keys: Vec::new(),
             unknown_policy: UnknownPolicy::Deny,
             decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
-            connections_max: CONNECTIONS_MAX_DEFAULT,
+            connections_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
             ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
@@ -341,30 +342,32 @@ impl AgentConfig {
             &mut self.ratelimit_count_denied,
             flags.ratelimit_count_denied,
         );
-        set(&mut self.connections_max, flags.connections_max);
+        set(&mut self.connections_max, flags.connections_max.map(Some));
         set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
         set(&mut self.header_timeout_ms, flags.header_timeout_ms);
     }
 
-    /// Bounds on the gRPC listener's connections.
-    pub fn grpc_limits(&self) -> ListenerLimits {
+    /// Bounds on the gRPC listener's connections, with `connections_max` as fitted to the
+    /// open-file limit ([`fit_connections`]).
+    pub fn grpc_limits(&self, connections_max: usize) -> ListenerLimits {
         ListenerLimits {
-            connections_max: self.connections_max,
+            connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
         }
     }
 
-    /// Bounds on the HTTP listener.
-    pub fn http_limits(&self) -> HttpLimits {
+    /// Bounds on the HTTP listener (see [`grpc_limits`](Self::grpc_limits)).
+    pub fn http_limits(&self, connections_max: usize) -> HttpLimits {
         HttpLimits {
-            connections: self.grpc_limits(),
+            connections: self.grpc_limits(connections_max),
             header_timeout_ms: self.header_timeout_ms,
         }
     }
 
-    /// Open files the two listeners' connections may need, with room for the rest.
-    pub fn open_files_needed(&self) -> u64 {
-        2 * self.connections_max as u64 + OPEN_FILES_HEADROOM
+    /// The connections each listener may hold: the configured cap (the open-file limit
+    /// raised to fit both listeners) or the default fitted to the hard limit.
+    pub fn fit_connections(&self) -> Result<usize, OpenFilesError> {
+        fit_connections(self.connections_max, CONNECTIONS_MAX_DEFAULT, 2)
     }
 
     /// The gRPC listen address.

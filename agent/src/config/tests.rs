@@ -69,7 +69,7 @@ fn every_field_is_read_from_the_file() {
         ],
         unknown_policy: UnknownPolicy::Allow,
         decide_timeout_ms: 250,
-        connections_max: 64,
+        connections_max: Some(64),
         idle_timeout_ms: 30_000,
         header_timeout_ms: 2_000,
         ratelimit_key_len_max: 8192,
@@ -202,7 +202,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             "decide_timeout_ms",
             "1 to 60000",
         ),
-        (|c| c.connections_max = 0, "connections_max", "1 to 1000000"),
+        (
+            |c| c.connections_max = Some(0),
+            "connections_max",
+            "1 to 1000000",
+        ),
         (
             |c| c.idle_timeout_ms = 0,
             "idle_timeout_ms",

@@ -45,12 +45,14 @@ pub const LISTENER_TIMEOUT_MS_MAX: u64 = 86_400_000;
 
 impl AgentConfig {
     fn check_listener_limits(&self) -> Result<(), ConfigError> {
-        if !(1..=CONNECTIONS_MAX_LIMIT).contains(&self.connections_max) {
-            return Err(invalid(
-                "connections_max",
-                self.connections_max.to_string(),
-                format!("1 to {CONNECTIONS_MAX_LIMIT}"),
-            ));
+        if let Some(n) = self.connections_max {
+            if !(1..=CONNECTIONS_MAX_LIMIT).contains(&n) {
+                return Err(invalid(
+                    "connections_max",
+                    n.to_string(),
+                    format!("1 to {CONNECTIONS_MAX_LIMIT}"),
+                ));
+            }
         }
         for (field, ms) in [
             ("idle_timeout_ms", self.idle_timeout_ms),

@@ -82,6 +82,51 @@ pub fn ensure_open_files(needed: u64) -> Result<u64, OpenFilesError> {
     Ok(needed)
 }
 
+/// The connections each of `listeners` listeners may hold: `configured` when given (the
+/// open-file limit raised to fit it, or an error naming the hard limit), otherwise
+/// `default` lowered as far as the hard limit requires (never below one), with a warning.
+#[cfg(unix)]
+pub fn fit_connections(
+    configured: Option<usize>,
+    default: usize,
+    listeners: u64,
+) -> Result<usize, OpenFilesError> {
+    let needed = |per: usize| listeners.max(1) * per as u64 + OPEN_FILES_HEADROOM;
+    if let Some(n) = configured {
+        ensure_open_files(needed(n))?;
+        return Ok(n);
+    }
+    let hard = open_files_hard_limit()?;
+    let fits = hard.saturating_sub(OPEN_FILES_HEADROOM) / listeners.max(1);
+    let per = default
+        .min(usize::try_from(fits).unwrap_or(usize::MAX))
+        .max(1);
+    if per < default {
+        tracing::warn!(
+            connections_max = per,
+            default,
+            open_files_hard_limit = hard,
+            "connections_max lowered to fit the open-file hard limit (ulimit -Hn); raise it \
+             or set connections_max"
+        );
+    }
+    ensure_open_files(needed(per).min(hard))?;
+    Ok(per)
+}
+
+#[cfg(unix)]
+fn open_files_hard_limit() -> Result<u64, OpenFilesError> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed to it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(OpenFilesError::Query(io::Error::last_os_error()));
+    }
+    Ok(lim.rlim_max)
+}
+
 /// Why the open-file limit cannot fit the configured connections.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenFilesError {

@@ -63,7 +63,7 @@ pub use channel::{
 pub use http_serve::{serve_http1, HEADER_TIMEOUT_MS_DEFAULT};
 pub use identity::{IdentityError, IdentityUri, PeerIdentity, Role, DEFAULT_TRUST_DOMAIN};
 pub use limits::{
-    ensure_open_files, limited, Accept, Limited, ListenerLimits, OpenFilesError,
+    ensure_open_files, fit_connections, limited, Accept, Limited, ListenerLimits, OpenFilesError,
     CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
 };
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};

@@ -255,12 +255,12 @@ impl Envoy {
     }
 }
 
-/// Seconds until the rule's window resets, from the `x-ratelimit-reset` header an agent
+/// Seconds until the rule's window resets, from the `ratelimit-reset` header an agent
 /// started with `--response-headers` adds.
 pub fn reset_s(r: &Response) -> u64 {
-    r.header("x-ratelimit-reset")
+    r.header("ratelimit-reset")
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no x-ratelimit-reset in {r:?}"))
+        .unwrap_or_else(|| panic!("no ratelimit-reset in {r:?}"))
 }
 
 /// Returns once the window of the rule that requests with `probe` headers hit has at

@@ -104,3 +104,26 @@ fn the_open_file_limit_is_raised_to_what_is_needed_or_refused_naming_the_hard_li
         "{err}"
     );
 }
+
+#[test]
+fn a_default_connection_cap_is_lowered_to_fit_the_hard_limit_and_a_configured_one_is_not() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let hard = lim.rlim_max;
+    let too_many = usize::try_from(hard).unwrap();
+    let fitted = fit_connections(None, too_many, 2).unwrap();
+    assert!(
+        2 * fitted as u64 + OPEN_FILES_HEADROOM <= hard,
+        "{fitted} with hard limit {hard}"
+    );
+    assert_eq!(fit_connections(None, 10, 2).unwrap(), 10);
+    assert_eq!(fit_connections(Some(10), 1_000_000, 2).unwrap(), 10);
+    let err = fit_connections(Some(too_many), 10, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hard limit"), "{err}");
+}

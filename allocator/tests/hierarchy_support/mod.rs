@@ -4,8 +4,9 @@
 #![allow(dead_code)]
 
 use leasehold_agent::engine::{Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig};
 use leasehold_allocator::config::AllocatorConfig;
+use leasehold_client::RemoteGrantor;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;

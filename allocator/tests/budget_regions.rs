@@ -21,7 +21,6 @@ use leasehold_proto::transport::{DevPki, PkiSpec};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
 const RATE: u64 = 1_000;
 const BURST: u64 = 300;
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 1000, per: 1s}\nburst: 300\nscope: global\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
@@ -32,7 +31,7 @@ const RUN: Duration = Duration::from_millis(5_000);
 /// Runs `leasectl` with the admin certificate against `server`; returns its JSON output.
 async fn leasectl(dir: &Path, server: &str, args: &[&str]) -> serde_json::Value {
     let certs = dir.join("certs");
-    let mut cmd = std::process::Command::new(LEASECTL);
+    let mut cmd = std::process::Command::new(hierarchy_support::process::leasectl_binary());
     cmd.env("HOME", dir)
         .args(["--server", server, "--server-name", "localhost"])
         .arg("--ca")

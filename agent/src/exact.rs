@@ -12,7 +12,7 @@
 //! engine.
 
 use crate::engine::{AdmitRequest, Decision, Engine, ExactAsk, ExactVerdict, ExactVerdicts};
-use crate::lease::{Grantor, GrantorError};
+use leasehold_client::{Grantor, GrantorError};
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,7 +6,7 @@ use leasehold_agent::engine::{
     AdmitRequest, DenyReason, Dimension, Engine, ExactVerdict, ExactVerdicts, Outcome, RuleSource,
 };
 use leasehold_agent::exact::ExactGate;
-use leasehold_agent::lease::{Grantor, LocalGrantor};
+use leasehold_client::{Grantor, LocalGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::policy::Policy;

@@ -3,7 +3,8 @@
 //! usage, so the grantor's ledger counts exactly what the agents admitted.
 
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{Grantor, LeaseManager, LocalGrantor, ManagerConfig};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig};
+use leasehold_client::{Grantor, LocalGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::policy::Policy;

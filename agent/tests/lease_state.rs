@@ -2,9 +2,8 @@
 //! crash settles its previous run's leases at their marks and resumes request ids.
 
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{
-    Grantor, LeaseManager, LeaseStore, LocalGrantor, ManagerConfig, ManagerCounters, SledStore,
-};
+use leasehold_agent::lease::{LeaseManager, LeaseStore, ManagerConfig, ManagerCounters, SledStore};
+use leasehold_client::{Grantor, LocalGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
 use leasehold_common::policy::Policy;

@@ -12,8 +12,8 @@
 
 mod load;
 
-use leasehold_agent::lease::{Grantor, RemoteGrantor};
 use leasehold_allocator::config::AllocatorConfig;
+use leasehold_client::{Grantor, RemoteGrantor};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{

@@ -2,7 +2,6 @@
 //! leases.
 
 pub mod config;
-pub mod ctl;
 pub mod http;
 pub mod metrics;
 pub mod raft;

@@ -12,7 +12,7 @@ use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
 use crate::state::AllocatorState;
 use crate::upstream::mirror::{run_mirror, MirrorConfig};
 use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
-use leasehold_agent::lease::RemoteGrantor;
+use leasehold_client::RemoteGrantor;
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;

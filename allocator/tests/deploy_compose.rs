@@ -45,6 +45,7 @@ fn compose_hierarchy_limits_through_envoy_across_faults() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             process_support::agent_binary();
+            process_support::leasectl_binary();
             Path::new(process_support::ALLOCATOR)
                 .parent()
                 .unwrap()

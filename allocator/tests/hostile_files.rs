@@ -4,7 +4,7 @@
 
 mod process_support;
 
-use process_support::{agent_binary, wait_until, Proc, ALLOCATOR, LEASECTL};
+use process_support::{agent_binary, leasectl_binary, wait_until, Proc, ALLOCATOR};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ fn run(mut cmd: Command) -> (bool, String) {
 fn endless_files_are_refused_at_their_bound() {
     let mut allocator = Command::new(ALLOCATOR);
     allocator.args(["-c", "/dev/zero"]);
-    let mut apply = Command::new(LEASECTL);
+    let mut apply = Command::new(leasectl_binary());
     apply.args([
         "--server",
         "127.0.0.1:1",

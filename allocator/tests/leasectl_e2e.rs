@@ -4,7 +4,7 @@
 mod process_support;
 
 use process_support::{
-    free_port, json, leasectl, spawn_logged, wait_until, Proc, ALLOCATOR, LEASECTL,
+    free_port, json, leasectl, leasectl_binary, spawn_logged, wait_until, Proc, ALLOCATOR,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -107,7 +107,7 @@ fn wait_ready(dir: &Path, server: &str) {
 fn leasectl_administers_a_tls_cluster_from_the_binaries() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let init = Command::new(LEASECTL)
+    let init = Command::new(leasectl_binary())
         .args(["certs", "init", "--out"])
         .arg(dir.join("certs"))
         .args([
@@ -387,14 +387,14 @@ fn exit_codes_name_what_failed(dir: &Path, server: &str) {
     assert!(err.len() < 4_096, "{} bytes of error", err.len());
 
     let other = dir.join("other");
-    let init = Command::new(LEASECTL)
+    let init = Command::new(leasectl_binary())
         .args(["certs", "init", "--out"])
         .arg(&other)
         .args(["--admins", "ops"])
         .output()
         .unwrap();
     assert!(init.status.success());
-    let mut stranger = Command::new(LEASECTL);
+    let mut stranger = Command::new(leasectl_binary());
     stranger
         .env("HOME", dir)
         .args(["--server", server, "--server-name", "localhost", "--ca"])
@@ -411,7 +411,7 @@ fn exit_codes_name_what_failed(dir: &Path, server: &str) {
         "another CA: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let plaintext = Command::new(LEASECTL)
+    let plaintext = Command::new(leasectl_binary())
         .env("HOME", dir)
         .args(["--server", server, "--insecure", "policy", "ls"])
         .output()

@@ -21,7 +21,7 @@ bins=(leasehold-allocator leasehold-agent leasectl)
 
 if [ -z "${LEASEHOLD_BIN_DIR:-}" ]; then
     (cd "$repo" && cargo build --release --locked -p leasehold-allocator -p leasehold-agent \
-        --bin leasehold-allocator --bin leasectl --bin leasehold-agent)
+        -p leasehold-ctl --bin leasehold-allocator --bin leasehold-agent --bin leasectl)
     LEASEHOLD_BIN_DIR="${CARGO_TARGET_DIR:-$repo/target}/release"
 fi
 

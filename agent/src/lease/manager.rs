@@ -24,13 +24,13 @@
 //! **Signatures** (`ManagerConfig::verifier`). With the grantor's public keys configured, a
 //! lease (or a new version of one) whose signature does not verify is never spent.
 
-use super::grantor::{Grantor, GrantorError};
 use super::marks::MARK_UNBOUNDED;
 use super::state::{LeaseStore, StateError};
 use super::state_sled::SledStore;
 use super::watch::Watching;
 use crate::credit::{CreditSlot, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
+use leasehold_client::{Grantor, GrantorError};
 use leasehold_common::lease::HolderConfig;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::time::{Clock, Nanos};
@@ -406,7 +406,7 @@ impl LeaseManager {
         let Some(verifier) = &self.cfg.verifier else {
             return true;
         };
-        match verifier.verify(&super::wire::lease_from_pb(lease)) {
+        match verifier.verify(&leasehold_client::wire::lease_from_pb(lease)) {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(lease_id = lease.lease_id, error = %e, "lease signature refused; not spending it");

@@ -1,7 +1,7 @@
-//! The holder side of the lease protocol: grantors, the lease manager and its state file.
+//! The agent as a holder of leases: the lease manager that keeps the engine's credit slots
+//! supplied from a grantor (`leasehold_client`), and its state file.
 
 mod blocking;
-pub mod grantor;
 pub mod manager;
 pub mod marks;
 mod persist;
@@ -9,10 +9,8 @@ mod renew;
 pub mod state;
 pub mod state_sled;
 mod watch;
-pub mod wire;
 
 pub use blocking::run_blocking_inline_on_this_thread;
-pub use grantor::{Grantor, GrantorError, LocalGrantor, RemoteGrantor, WatchStream};
 pub use manager::{LeaseManager, ManagerConfig, ManagerCounters};
 pub use state::{LeaseStore, MemoryStore, Recorded, StateBatch, StateError};
 pub use state_sled::SledStore;

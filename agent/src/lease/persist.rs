@@ -2,10 +2,10 @@
 //! release of a previous run's leases at start.
 
 use super::blocking::blocking;
-use super::grantor::GrantorError;
 use super::manager::LeaseManager;
 use super::marks::Allowance;
 use super::state::{StateBatch, REQUEST_ID_BLOCK};
+use leasehold_client::GrantorError;
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use std::sync::Arc;

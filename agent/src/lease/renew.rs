@@ -1,9 +1,9 @@
 //! Keeping held leases alive: reports, renewals, hand-backs and releases.
 
-use super::grantor::GrantorError;
 use super::manager::{Held, HeldKey, LeaseManager, NS_PER_MS};
 use crate::credit::{CreditSlot, SlotState};
 use crate::engine::AcquireRequest;
+use leasehold_client::GrantorError;
 use leasehold_common::lease::HolderConfig;
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;

@@ -1,9 +1,9 @@
 //! Following the grantor's watch stream: revocations, policy changes, emergency switches.
 
-use super::grantor::{GrantorError, WatchStream};
 use super::manager::{LeaseManager, NS_PER_MS};
 use crate::credit::SlotState;
 use crate::engine::Emergency;
+use leasehold_client::{GrantorError, WatchStream};
 use leasehold_common::policy::{Policy, PolicyVersion};
 use leasehold_common::rate::Rate;
 use leasehold_common::time::Nanos;

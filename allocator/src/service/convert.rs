@@ -2,7 +2,7 @@
 
 use crate::replica::ReplicaError;
 use crate::state::{AdminError, Emergency, EmergencyMode};
-pub use leasehold_agent::lease::wire::{deny_to_pb, lease_from_pb, lease_to_pb};
+pub use leasehold_client::wire::{deny_to_pb, lease_from_pb, lease_to_pb};
 use leasehold_common::ledger::LedgerError;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::LEADER_METADATA_KEY;

@@ -9,8 +9,8 @@
 use super::convert::{ledger_status, replica_status};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
-use leasehold_agent::lease::wire::{decide_items, decided_to_pb};
-use leasehold_agent::lease::{Grantor, GrantorError};
+use leasehold_client::wire::{decide_items, decided_to_pb};
+use leasehold_client::{Grantor, GrantorError};
 use leasehold_common::ledger::{Command, Decide, Outcome, Refund, DECIDE_ITEMS_MAX};
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;

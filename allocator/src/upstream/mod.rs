@@ -17,7 +17,7 @@ pub mod plan;
 use crate::replica::{Replica, ReplicaError};
 use crate::state::AllocatorState;
 use exchange::Exchange;
-use leasehold_agent::lease::Grantor;
+use leasehold_client::Grantor;
 use leasehold_common::lease::{HolderConfig, LeaseVerifier};
 use leasehold_common::time::Nanos;
 use plan::{plan, views, PlanSettings, Step};

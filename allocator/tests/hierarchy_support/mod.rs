@@ -1,17 +1,11 @@
-//! A hierarchy of real allocator nodes on loopback sockets with mutual TLS, and agents
-//! that lease from them, for the hierarchy tests.
+//! Real allocator nodes on loopback sockets with mutual TLS.
 
 #![allow(dead_code)]
 
-use leasehold_agent::engine::{Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
 use leasehold_allocator::config::AllocatorConfig;
-use leasehold_common::policy::Policy;
-use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, DevPki, Role};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -92,87 +86,4 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out waiting for {what}");
-}
-
-pub struct Agent {
-    pub engine: Arc<Engine>,
-    pub clock: SystemClock,
-    pub stop: watch::Sender<bool>,
-    pub task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
-}
-
-impl Agent {
-    /// Stops the lease manager and waits until it has settled its leases.
-    pub async fn shut_down(self) {
-        self.stop.send(true).unwrap();
-        self.task.await.unwrap();
-    }
-}
-
-/// A lease manager for `holder` on the short timings the tests run with.
-pub fn manager_config(holder: &str) -> ManagerConfig {
-    let mut cfg = ManagerConfig::new(holder);
-    cfg.tick_ms = 5;
-    cfg.report_every_ms = 100;
-    cfg.retry_ms = 50;
-    cfg
-}
-
-/// An agent enforcing `policies` with credit leased from `allocator` over `channels`.
-pub fn spawn_agent(
-    channels: ChannelFactory,
-    allocator: &str,
-    policies: Vec<Policy>,
-    cfg: ManagerConfig,
-) -> Agent {
-    let clock = SystemClock::new();
-    let engine = Arc::new(
-        Engine::builder()
-            .start(clock.now())
-            .build(RuleSource::from_policies(policies))
-            .unwrap(),
-    );
-    let grantor = Arc::new(RemoteGrantor::new(channels, vec![allocator.to_string()], 3));
-    let (stop, rx) = watch::channel(false);
-    let queue = engine.take_acquire_queue().unwrap();
-    let task = tokio::spawn(LeaseManager::new(cfg, grantor, clock.clone(), queue).run(rx));
-    Agent {
-        engine,
-        clock,
-        stop,
-        task,
-    }
-}
-
-/// An agent `name` enforcing `policy` with credit leased from `region` over mutual TLS.
-pub fn start_agent(pki: &DevPki, name: &str, region: &str, policy: &Policy) -> Agent {
-    let channels = channels(pki, Role::Agent, name);
-    spawn_agent(channels, region, vec![policy.clone()], manager_config(name))
-}
-
-/// Starts the root cluster ("global") and applies `policy` through its admin API.
-pub async fn start_root(dir: &Path, pki: &DevPki, policy: &str) -> Node {
-    let root = start_node(dir, "global", None).await;
-    eventually(15, "the root to accept the policy", || {
-        let addr = root.addr.clone();
-        async move {
-            let req = leasehold_proto::leasehold::v1::ApplyPolicyRequest {
-                yaml: policy.into(),
-                ..Default::default()
-            };
-            admin(pki, &addr).await.apply_policy(req).await.is_ok()
-        }
-    })
-    .await;
-    root
-}
-
-/// The root's lease-signing public key, hex, as regions list it in `trusted_upstream_keys`.
-pub fn root_public_key(dir: &Path) -> String {
-    let key = std::fs::read(dir.join("global/lease-key.p8")).unwrap();
-    hex::encode(
-        leasehold_common::lease::LeaseSigner::from_pkcs8(&key)
-            .unwrap()
-            .public_key(),
-    )
 }

@@ -8,10 +8,43 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
 pub const ALLOCATOR: &str = env!("CARGO_BIN_EXE_leasehold-allocator");
+
+/// Binary `bin` of the workspace's package `package`, built into this test's target
+/// directory with its profile: cargo builds only this package's own binaries for its tests.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "-q", "-p", package, "--bin", bin])
+        .arg("--target-dir")
+        .arg(profile_dir.parent().unwrap());
+    // `debug` is the dev profile's directory; every other profile's is named after it.
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some(profile) => {
+            cargo.args(["--profile", profile]);
+        }
+    }
+    let out = cargo.output().unwrap();
+    assert!(
+        out.status.success(),
+        "building {bin} of {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    profile_dir.join(bin)
+}
+
+/// The `leasectl` binary (package `leasehold-ctl`), built once per test process.
+pub fn leasectl_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| workspace_binary("leasehold-ctl", "leasectl"))
+}
 
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
@@ -59,7 +92,7 @@ pub fn wait_until<T>(
 /// files in `dir/certs`, e.g. `admin-ops`), with `dir` as its home.
 pub fn leasectl(dir: &Path, server: &str, identity: &str, args: &[&str]) -> Command {
     let certs = dir.join("certs");
-    let mut c = Command::new(LEASECTL);
+    let mut c = Command::new(leasectl_binary());
     c.env("HOME", dir)
         .args(["--server", server, "--server-name", "localhost"])
         .arg("--ca")
@@ -83,29 +116,9 @@ pub fn json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-/// The agent binary, built into this target directory (it belongs to another package).
+/// The agent binary (package `leasehold-agent`).
 pub fn agent_binary() -> PathBuf {
-    let debug = Path::new(ALLOCATOR).parent().unwrap();
-    let target = debug.parent().unwrap();
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "leasehold-agent",
-            "--bin",
-            "leasehold-agent",
-        ])
-        .arg("--target-dir")
-        .arg(target)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "building leasehold-agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    debug.join("leasehold-agent")
+    workspace_binary("leasehold-agent", "leasehold-agent")
 }
 
 /// Waits for an agent's `/readyz` on `port` to answer 200: it has its policies from the
@@ -158,7 +171,7 @@ pub fn admit_body(port: u16, body: &str) -> Option<Value> {
 
 /// `leasectl -o json` against a node started with `--insecure`.
 pub fn ctl_insecure(server: &str, args: &[&str]) -> Output {
-    Command::new(LEASECTL)
+    Command::new(leasectl_binary())
         .args(["--server", server, "--insecure", "-o", "json"])
         .args(args)
         .output()

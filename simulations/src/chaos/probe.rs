@@ -3,7 +3,7 @@
 //! follows the leader), each success being a committed Raft write.
 
 use super::error::ChaosError;
-use leasehold_agent::lease::{Grantor, RemoteGrantor};
+use leasehold_client::{Grantor, RemoteGrantor};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, DevPki, Role};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,8 @@
 use super::error::LiveError;
 use super::nodes::channels;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, ManagerCounters, RemoteGrantor};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig, ManagerCounters};
+use leasehold_client::RemoteGrantor;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::transport::{DevPki, Role};
 use std::sync::atomic::{AtomicBool, Ordering};

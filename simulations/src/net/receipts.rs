@@ -3,8 +3,7 @@
 //! could spend it.
 
 use super::clock::sim_now_ns;
-use leasehold_agent::lease::grantor::BoxFuture;
-use leasehold_agent::lease::{Grantor, GrantorError, WatchStream};
+use leasehold_client::{BoxFuture, Grantor, GrantorError, WatchStream};
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

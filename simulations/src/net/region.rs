@@ -7,10 +7,10 @@ use super::cluster::{bootstrap, start_node, ClusterShared, NodeSpec, ALLOCATOR_P
 use super::hosts::HostResult;
 use super::transport::sim_channels;
 use super::NetConfig;
-use leasehold_agent::lease::RemoteGrantor;
 use leasehold_allocator::service::ticker::run_ticker;
 use leasehold_allocator::upstream::mirror::{run_mirror, MirrorConfig};
 use leasehold_allocator::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
+use leasehold_client::RemoteGrantor;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::ledger::LedgerConfig;
 use std::collections::BTreeMap;

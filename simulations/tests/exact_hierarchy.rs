@@ -7,7 +7,7 @@ mod hierarchy_support;
 use hierarchy_support::{admin, channels, eventually, root_public_key, start_node, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
 use leasehold_agent::exact::ExactGate;
-use leasehold_agent::lease::{Grantor, RemoteGrantor};
+use leasehold_client::{Grantor, RemoteGrantor};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;

@@ -9,7 +9,8 @@
 mod hierarchy_support;
 mod service_support;
 
-use hierarchy_support::{channels, manager_config, spawn_agent, Agent};
+use hierarchy_support::agents::{manager_config, spawn_agent, Agent};
+use hierarchy_support::channels;
 use leasehold_agent::api::metrics;
 use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Outcome};
 use leasehold_allocator::replica::Replica;

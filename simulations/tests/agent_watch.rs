@@ -5,7 +5,8 @@
 mod service_support;
 
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
-use leasehold_agent::lease::{LeaseManager, ManagerConfig, RemoteGrantor};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig};
+use leasehold_client::RemoteGrantor;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, Role};

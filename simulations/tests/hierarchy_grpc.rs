@@ -6,7 +6,8 @@
 
 mod hierarchy_support;
 
-use hierarchy_support::{admin, eventually, root_public_key, start_agent, start_node, start_root};
+use hierarchy_support::agents::start_agent;
+use hierarchy_support::{admin, eventually, root_public_key, start_node, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;

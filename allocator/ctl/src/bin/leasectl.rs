@@ -1,7 +1,7 @@
 //! `leasectl`: administer Leasehold allocator clusters.
 
 use clap::Parser;
-use leasehold_allocator::ctl::{args::Cli, run};
+use leasehold_ctl::{args::Cli, run};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -10,9 +10,8 @@
 
 mod hierarchy_support;
 
-use hierarchy_support::{
-    admin, eventually, root_public_key, start_agent, start_node, start_root, Agent,
-};
+use hierarchy_support::agents::{start_agent, Agent};
+use hierarchy_support::{admin, eventually, root_public_key, start_node, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
@@ -21,7 +20,6 @@ use leasehold_proto::transport::{DevPki, PkiSpec};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-const LEASECTL: &str = env!("CARGO_BIN_EXE_leasectl");
 const RATE: u64 = 1_000;
 const BURST: u64 = 300;
 const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 1000, per: 1s}\nburst: 300\nscope: global\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
@@ -31,27 +29,12 @@ const RUN: Duration = Duration::from_millis(5_000);
 
 /// Runs `leasectl` with the admin certificate against `server`; returns its JSON output.
 async fn leasectl(dir: &Path, server: &str, args: &[&str]) -> serde_json::Value {
-    let certs = dir.join("certs");
-    let mut cmd = std::process::Command::new(LEASECTL);
-    cmd.env("HOME", dir)
-        .args(["--server", server, "--server-name", "localhost"])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("admin-ops.pem"))
-        .arg("--key")
-        .arg(certs.join("admin-ops-key.pem"))
-        .args(args)
-        .args(["-o", "json"]);
+    let mut cmd = hierarchy_support::leasectl::leasectl(dir, server, "admin-ops", args);
+    cmd.args(["-o", "json"]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
-    assert!(
-        out.status.success(),
-        "leasectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    hierarchy_support::leasectl::json(&out)
 }
 
 /// Offers both agents far more than the whole budget for `RUN`; returns what each admitted

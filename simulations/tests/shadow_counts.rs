@@ -5,8 +5,9 @@
 
 mod hierarchy_support;
 
-use hierarchy_support::process::{json, leasectl};
-use hierarchy_support::{start_agent, start_root};
+use hierarchy_support::agents::start_agent;
+use hierarchy_support::leasectl::{json, leasectl};
+use hierarchy_support::start_root;
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;

@@ -1,0 +1,20 @@
+//! The lease protocol as a holder speaks it, the same at every level of the hierarchy: an
+//! agent leases from its region through it, and a delegated allocator leases from the level
+//! above through it.
+//!
+//! [`Grantor`] is the protocol; [`RemoteGrantor`] reaches an allocator cluster over gRPC
+//! (following the leader a follower names, skipping nodes that cannot be reached), and
+//! [`LocalGrantor`] is a root ledger in the same process. [`wire`] converts leases and
+//! decisions between the ledger's form and the protocol's.
+//!
+//! What a holder does with its leases (credit slots, renewals, a state file) is its own
+//! business and lives with the holder.
+
+mod grantor;
+mod local;
+mod remote;
+pub mod wire;
+
+pub use grantor::{BoxFuture, Grantor, GrantorError, WatchStream};
+pub use local::LocalGrantor;
+pub use remote::RemoteGrantor;

@@ -147,9 +147,6 @@ fn check_own_identity(cfg: &AllocatorConfig, pem: &TlsPem) -> Result<(), ServerE
 }
 
 /// Runs the node until `shutdown` flips to true.
-/// Largest admin message, in bytes: a backup and its envelope.
-pub const ADMIN_MESSAGE_LEN_MAX: usize = crate::state::backup::BACKUP_LEN_MAX + 1024 * 1024;
-
 pub async fn run(
     cfg: AllocatorConfig,
     mut shutdown: watch::Receiver<bool>,
@@ -203,8 +200,8 @@ pub async fn run(
                 .add_service(
                     // A backup travels whole in one message, both ways.
                     AdminServiceServer::new(admin)
-                        .max_decoding_message_size(ADMIN_MESSAGE_LEN_MAX)
-                        .max_encoding_message_size(ADMIN_MESSAGE_LEN_MAX),
+                        .max_decoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX)
+                        .max_encoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX),
                 )
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),

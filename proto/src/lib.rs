@@ -30,6 +30,13 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// answers UNAVAILABLE, so the caller can retry there.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
 
+/// Largest backup of a cluster's state, in bytes: a restore travels as one Raft entry,
+/// and Raft messages are at most 64 MiB.
+pub const BACKUP_LEN_MAX: usize = 48 * 1024 * 1024;
+
+/// Largest admin-service message, in bytes, both ways: a backup and its envelope.
+pub const ADMIN_MESSAGE_LEN_MAX: usize = BACKUP_LEN_MAX + 1024 * 1024;
+
 /// Metadata key on a lease request refused as stale: the highest request id the grantor
 /// has seen from the holder for that key, so the holder can continue above it.
 pub const LAST_REQUEST_ID_METADATA_KEY: &str = "leasehold-last-request-id";

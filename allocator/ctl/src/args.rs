@@ -77,6 +77,23 @@ pub enum Command {
     Audit(AuditCmd),
     /// The health of the cluster at a glance.
     Status,
+    /// Write a consistent copy of a root cluster's state (policies and their versions,
+    /// budgets, window and calendar-quota usage, emergency switches, audit) to a file.
+    Backup {
+        /// File to write; replaced whole only once the backup is complete.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Start a new root cluster (same name, no policies or credit yet) from a backup file.
+    /// Leases outstanding when the backup was taken count as spent.
+    Restore {
+        /// A file written by `leasectl backup`.
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+        /// Why, for the audit trail.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Certificates for mutual TLS.
     #[command(subcommand)]
     Certs(CertsCmd),

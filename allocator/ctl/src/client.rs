@@ -4,7 +4,7 @@
 use super::args::ConnArgs;
 use super::error::CtlError;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
-use leasehold_proto::LEADER_METADATA_KEY;
+use leasehold_proto::{ADMIN_MESSAGE_LEN_MAX, LEADER_METADATA_KEY};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -166,7 +166,7 @@ impl Admin {
             return Ok(c.clone());
         }
         let channel = connect(&self.settings, &self.settings.server).await?;
-        let client = AdminServiceClient::new(channel);
+        let client = admin_client(channel);
         self.client = Some(client.clone());
         Ok(client)
     }
@@ -195,9 +195,16 @@ impl Admin {
             }
             redirects += 1;
             let channel = connect(&self.settings, &leader).await?;
-            self.client = Some(AdminServiceClient::new(channel));
+            self.client = Some(admin_client(channel));
         }
     }
+}
+
+/// A backup travels whole in one message, both ways.
+fn admin_client(channel: Channel) -> AdminServiceClient<Channel> {
+    AdminServiceClient::new(channel)
+        .max_decoding_message_size(ADMIN_MESSAGE_LEN_MAX)
+        .max_encoding_message_size(ADMIN_MESSAGE_LEN_MAX)
 }
 
 /// Leader redirects followed per command, and the pause between repeated ones.

@@ -1,6 +1,7 @@
 //! `leasectl`: the admins' command-line client of the allocator's admin service.
 
 pub mod args;
+mod backup;
 mod budget;
 mod certs;
 pub mod client;
@@ -64,6 +65,8 @@ async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
             out
         }
         Command::Status => ops::run_status(&mut admin).await?,
+        Command::Backup { out } => backup::run_backup(&mut admin, &out).await?,
+        Command::Restore { file, reason } => backup::run_restore(&mut admin, &file, reason).await?,
         Command::Certs(_) => unreachable!("handled before connecting"),
     };
     Ok(Some(out))

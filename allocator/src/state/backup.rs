@@ -18,9 +18,7 @@ use leasehold_common::ledger::{Command, Role};
 use leasehold_common::time::Nanos;
 use serde::{Deserialize, Serialize};
 
-/// Largest backup accepted, in bytes: a restore travels as one Raft entry, and Raft
-/// messages are at most 64 MiB.
-pub const BACKUP_LEN_MAX: usize = 48 * 1024 * 1024;
+pub use leasehold_proto::BACKUP_LEN_MAX;
 
 /// A backup as written to a file.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,0 +1,134 @@
+//! Backup and restore on the release binaries: a root allocator serves an agent, `leasectl
+//! backup` copies its state while credit is leased out, the node is lost, and a new node of
+//! the same cluster is started from the file with `leasectl restore`. Policies and their
+//! versions, calendar-quota usage and the audit trail come back; what was leased before the
+//! backup is never granted again; a second restore is refused.
+
+mod process_support;
+
+use process_support::{
+    admit_answer, agent_binary, ctl_insecure, free_port, json, spawn_logged,
+    start_insecure_allocator, wait_agent_ready, wait_until, Proc,
+};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// 10 units a month, decided by the allocator for every request.
+const QUOTA: &str = "id: quota\ndimensions: [{name: tenant}]\nscope: global\n\
+    enforcement: exact\nalgorithm: calendar_quota\n\
+    calendar: {period: month, time_zone: Europe/Berlin, units: 10}\n";
+/// 10 units an hour, leased to agents.
+const WINDOW: &str = "id: window\ndimensions: [{name: tenant}]\nscope: global\n\
+    algorithm: fixed_window\nrate: {units: 10, per: 1h}\n";
+
+fn apply(dir: &Path, server: &str, name: &str, doc: &str) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, doc).unwrap();
+    let out = ctl_insecure(server, &["policy", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn start_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
+    let (grpc, http) = (free_port(), free_port());
+    let mut cmd = Command::new(agent_binary());
+    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
+    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
+    wait_agent_ready(http);
+    (proc, http)
+}
+
+/// Of `n` requests for `tenant`, how many the agent admitted (waiting out a first lease).
+fn admitted(port: u16, policy: &str, tenant: &str, n: u64) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let answer =
+            wait_until(
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || match admit_answer(port, policy, tenant) {
+                    Some(a) if a["reason"] == "awaitinglease" => Err(format!("waiting: {a}")),
+                    Some(a) => Ok(a),
+                    None => Err("no answer".to_owned()),
+                },
+            );
+        if answer["allowed"] == true {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+#[test]
+fn a_new_cluster_started_from_a_backup_keeps_policies_and_usage_and_never_mints_credit() {
+    let old_dir = tempfile::tempdir().unwrap();
+    let (old, server) = start_insecure_allocator(old_dir.path());
+    apply(old_dir.path(), &server, "quota", QUOTA);
+    apply(
+        old_dir.path(),
+        &server,
+        "quota-v2",
+        &format!("{QUOTA}description: v2\n"),
+    );
+    apply(old_dir.path(), &server, "window", WINDOW);
+    let (agent, port) = start_agent(old_dir.path(), &server, "gw-1");
+    assert_eq!(admitted(port, "quota", "acme", 3), 3);
+    let window_before = admitted(port, "window", "acme", 4);
+    assert_eq!(window_before, 4);
+
+    let file = old_dir.path().join("global.backup");
+    let out = ctl_insecure(&server, &["backup", "--out", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json(&out)["policies"], 2);
+    drop(agent);
+    drop(old);
+
+    let new_dir = tempfile::tempdir().unwrap();
+    let (_new, server) = start_insecure_allocator(new_dir.path());
+    let restore = ["restore", "-f", file.to_str().unwrap(), "--reason", "drill"];
+    let out = ctl_insecure(&server, &restore);
+    assert!(out.status.success(), "{out:?}");
+    let r = json(&out);
+    assert_eq!(r["policies"], 2, "{r}");
+    assert!(r["leases_written_off"].as_u64().unwrap() >= 1, "{r}");
+
+    let out = ctl_insecure(&server, &["policy", "ls"]);
+    let versions: Vec<(String, u64)> = json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["policy_id"].as_str().unwrap().to_owned(),
+                p["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(versions.contains(&("quota".to_owned(), 2)), "{versions:?}");
+    let audit = ctl_insecure(&server, &["audit", "tail", "-n", "10"]);
+    let audit = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        audit.contains("cluster.restore") && audit.contains("policy.apply"),
+        "{audit}"
+    );
+
+    // A new agent: the quota's usage came back, and the window's leased units stay spent.
+    let (_agent, port) = start_agent(new_dir.path(), &server, "gw-2");
+    assert_eq!(
+        admitted(port, "quota", "acme", 10),
+        7,
+        "the month had 7 units left"
+    );
+    let window_after = admitted(port, "window", "acme", 10);
+    assert!(
+        window_before + window_after <= 10,
+        "{window_before} before the backup and {window_after} after it, of 10"
+    );
+
+    let again = ctl_insecure(&server, &restore);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("restore only into a new cluster"), "{err}");
+}

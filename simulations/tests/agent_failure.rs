@@ -7,6 +7,8 @@
 //! * `restricted` admits only priority ≥ `min_priority`, at its local emergency rate.
 
 mod hierarchy_support;
+// The allocator's in-process service fixture, shared rather than copied.
+#[path = "../../allocator/tests/service_support/mod.rs"]
 mod service_support;
 
 use hierarchy_support::agents::{manager_config, spawn_agent, Agent};

@@ -2,6 +2,8 @@
 //! its rules from the allocator, a revoked lease stops being spent at once (not at the next
 //! report), and an emergency switch reaches the engine.
 
+// The allocator's in-process service fixture, shared rather than copied.
+#[path = "../../allocator/tests/service_support/mod.rs"]
 mod service_support;
 
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};

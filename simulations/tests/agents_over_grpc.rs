@@ -2,6 +2,8 @@
 //! spend one tenant's budget while demand moves between them; the total admitted stays
 //! within B + r·T, and shutdown returns every unspent unit.
 
+// The allocator's in-process service fixture, shared rather than copied.
+#[path = "../../allocator/tests/service_support/mod.rs"]
 mod service_support;
 
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};

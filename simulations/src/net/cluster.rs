@@ -192,6 +192,7 @@ pub(super) async fn start_node(
         })),
         raft_auth: None,
         raft_cluster: None,
+        listener_limits: Default::default(),
     };
     let node = RaftNode::start_with_incoming(
         node_config(spec, cfg, shared),

@@ -73,6 +73,7 @@ mod stripes;
 mod table;
 mod tcache;
 mod undo;
+mod windows;
 
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
@@ -92,6 +93,7 @@ pub use request::{AdmitRequest, Dimension, Target};
 pub use results::Results;
 pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
+pub use windows::WindowCount;
 
 use arc_swap::ArcSwap;
 use leasehold_common::policy::envoy::{EnvoyConfig, MatchedRule};

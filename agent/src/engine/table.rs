@@ -349,6 +349,13 @@ impl KeyTable {
         removed
     }
 
+    /// Calls `f` on every entry, one shard at a time inside its read section.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry)) {
+        for shard in self.shards.iter() {
+            shard.read(|shard| shard.map.iter().for_each(|e| f(e)));
+        }
+    }
+
     /// How far behind a key's recorded last use may lag.
     pub(crate) fn touch_ns(&self) -> u64 {
         self.touch_ns

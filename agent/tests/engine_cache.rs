@@ -154,8 +154,12 @@ fn a_swept_local_key_starts_afresh_on_the_thread_that_cached_it() {
     assert_eq!(admit(&e, 0), Outcome::Admitted);
     assert_eq!(admit(&e, 1), Outcome::Admitted);
     assert_eq!(admit(&e, 2), Outcome::Denied(DenyReason::OverLimit));
-    assert_eq!(e.sweep(Nanos(2 * IDLE_NS)), 1);
-    // A refill of 1 unit per hour: only a new limiter admits again this soon.
-    assert_eq!(admit(&e, 2 * IDLE_NS + 1), Outcome::Admitted);
+    assert_eq!(e.sweep(Nanos(2 * IDLE_NS)), 0, "a drained bucket is kept");
+    // One unit per hour, burst 2: whole again two hours after it was drained.
+    const WHOLE_NS: u64 = 2 * 3_600_000_000_000 + 10;
+    assert_eq!(e.sweep(Nanos(WHOLE_NS)), 1);
+    // The thread's cached entry was dropped: a new limiter, with its whole burst.
+    assert_eq!(admit(&e, WHOLE_NS + 1), Outcome::Admitted);
+    assert_eq!(admit(&e, WHOLE_NS + 2), Outcome::Admitted);
     assert_eq!(e.key_count(), 1);
 }

@@ -65,7 +65,7 @@ fn sprayed_identities_never_grow_the_table_past_keys_max() {
     );
     assert!(
         s.table_full > 0,
-        "no idle keys to drop: valid identities overflowed too"
+        "no keys at rest to drop: valid identities overflowed too"
     );
     let overflowed = 20_000 + s.table_full;
     let last = admit_user(&e, "\u{7}", 100_000).1;
@@ -77,28 +77,30 @@ fn sprayed_identities_never_grow_the_table_past_keys_max() {
 }
 
 #[test]
-fn idle_keys_make_room_for_new_ones() {
-    // One shard, so the table holds exactly `keys_max` keys.
+fn keys_at_rest_make_room_for_new_ones() {
+    // One shard, so the table holds exactly `keys_max` keys. One unit per hour: a key
+    // that spent one unit is whole again an hour later.
+    const HOUR_NS: u64 = 3_600_000_000_000;
     let e = engine(1);
     for i in 0..KEYS_MAX as u64 {
         admit_user(&e, &format!("a{i}"), 0);
     }
     assert_eq!(e.key_count(), KEYS_MAX);
     for i in 0..KEYS_MAX as u64 {
-        admit_user(&e, &format!("b{i}"), IDLE_NS);
+        admit_user(&e, &format!("b{i}"), HOUR_NS);
     }
     let s = e.stats();
     assert_eq!(
         s.evictions, KEYS_MAX as u64,
-        "idle keys were dropped on demand"
+        "keys at rest were dropped on demand"
     );
     assert_eq!(s.keys, KEYS_MAX);
     assert_eq!(s.table_full, 0, "room was always found");
-    // A swept key starts again with its whole burst.
+    // A swept key starts again with its whole burst, which it had anyway.
     let held = e.key_count();
-    assert_eq!(e.sweep(Nanos(3 * IDLE_NS)), held);
+    assert_eq!(e.sweep(Nanos(3 * HOUR_NS)), held);
     assert_eq!(e.key_count(), 0);
-    assert_eq!(admit_user(&e, "a0", 3 * IDLE_NS).1, 999_999);
+    assert_eq!(admit_user(&e, "a0", 3 * HOUR_NS).1, 999_999);
 }
 
 #[test]

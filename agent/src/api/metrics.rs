@@ -94,7 +94,7 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
         ),
         (
             "evictions_total",
-            "Idle keys evicted from the key table.",
+            "Keys dropped from the key table: local limits at rest, idle leased keys, keys of removed policies.",
             stats.evictions,
         ),
         ("keys", "Keys held in the key table.", stats.keys as u64),

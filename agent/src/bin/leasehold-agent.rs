@@ -21,7 +21,8 @@ use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, EngineLimits, RuleSource};
 use leasehold_agent::exact::ExactGate;
-use leasehold_agent::lease::{LeaseManager, ManagerConfig};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig, SledStore};
+use leasehold_agent::window_store::{self, WindowStore, WINDOWS_TREE};
 use leasehold_client::{Grantor, LocalGrantor, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
@@ -306,7 +307,6 @@ async fn run() -> Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());
-    manager_cfg.state_file = cfg.state_file.clone();
     manager_cfg.verifier = cfg.lease_verifier()?;
     let grantor = grantor(&cfg, &policies)?;
     let gate = Arc::new(ExactGate::new(Arc::clone(&engine)).with_grantor(
@@ -314,9 +314,34 @@ async fn run() -> Result<()> {
         cfg.holder_id.clone(),
         cfg.decide_timeout_ms,
     ));
-    let manager = LeaseManager::open(manager_cfg, grantor, clock.clone(), queue)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
+    // One handle on the state file: the leases' marks and a standalone agent's windows.
+    let store = match &cfg.state_file {
+        Some(path) => Some(
+            SledStore::open(path, manager_cfg.leases_max).map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        None => None,
+    };
+    let mut manager = LeaseManager::new(manager_cfg, grantor, clock.clone(), queue)
         .with_engine(Arc::clone(&engine));
+    let (windows_tx, windows_rx) = tokio::sync::watch::channel(false);
+    let mut windows_task = None;
+    if let Some(store) = store {
+        if cfg.standalone {
+            let windows = WindowStore::new(store.tree(WINDOWS_TREE).map_err(anyhow::Error::msg)?);
+            let restored = window_store::restore(&engine, &windows, &clock)?;
+            tracing::info!(
+                windows = restored,
+                "window counts restored from the state file"
+            );
+            windows_task = Some(tokio::spawn(window_store::run(
+                Arc::clone(&engine),
+                windows,
+                clock.clone(),
+                windows_rx,
+            )));
+        }
+        manager = manager.with_store(Arc::new(store));
+    }
     // Rules from the allocator: not ready before its current policies arrived.
     let readiness: http::Readiness = if cfg.standalone || cfg.allocators.is_empty() {
         Arc::new(|| Ok(()))
@@ -375,6 +400,11 @@ async fn run() -> Result<()> {
     let _ = tx.send(true);
     let _ = grpc_task.await;
     let _ = http_task.await;
+    // Saved once nothing is served any more, so that no counted hit is left out.
+    let _ = windows_tx.send(true);
+    if let Some(task) = windows_task {
+        let _ = task.await;
+    }
     let settled = manager_task.await.context("lease manager")?;
     tracing::info!(
         releases = settled.releases,

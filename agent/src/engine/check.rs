@@ -131,11 +131,10 @@ impl Engine {
             return step;
         }
         let now = ctx.now;
+        let at = LocalTime::from_unix(now, ctx.unix_offset_ns());
         let made = self
             .table
-            .get_or_insert(key, hash, p.generation, now, |stale| {
-                p.new_state(stale, now)
-            });
+            .get_or_insert(key, hash, p.generation, at, |stale| p.new_state(stale, now));
         match made {
             Ok((entry, _)) => {
                 let found = found_in(&entry, remember(cached, &entry));
@@ -283,7 +282,7 @@ pub(crate) fn restricted(
     let mut bucket = entry.emergency.lock();
     let bucket = match &mut *bucket {
         Some(b) if b.rate() == rate => b,
-        other => other.insert(TokenBucket::full(rate, rate.units(), ctx.now)),
+        other => other.insert(Box::new(TokenBucket::full(rate, rate.units(), ctx.now))),
     };
     match bucket.try_take(units, ctx.now) {
         AlgoDecision::Admit { remaining } => {

@@ -7,13 +7,16 @@ use leasehold_common::key::KEY_LEN_MAX_DEFAULT;
 use leasehold_common::time::Nanos;
 use std::sync::Arc;
 
-/// Default most keys held.
-pub const KEYS_MAX_DEFAULT: usize = 100_000;
+/// Default most keys held: 2^20, so that a million users per agent each get a key of their
+/// own although keys spread over the shards unevenly (a shard holds 16 384, about six
+/// standard deviations above its mean share of a million).
+pub const KEYS_MAX_DEFAULT: usize = 1 << 20;
 /// Default number of key-table shards.
 pub const SHARDS_DEFAULT: usize = 64;
 /// Default most queued first-lease requests.
 pub const ACQUIRE_QUEUE_MAX_DEFAULT: usize = 4_096;
-/// Default time after which an unused key may be dropped.
+/// Default time after which an unused key whose state lives elsewhere (leased, or decided
+/// per request) may be dropped; a local key goes only once at rest.
 pub const KEY_IDLE_NS_DEFAULT: u64 = 60_000_000_000;
 /// Default longest key of an envoyproxy/ratelimit rule, in bytes once encoded: values are
 /// keyed as given, and a URL path or a few long header values must be counted rather than
@@ -33,7 +36,8 @@ pub struct EngineLimits {
     pub dimensions_max: usize,
     /// Most first-lease requests waiting for the lease manager.
     pub acquire_queue_max: usize,
-    /// A key unused this long may be dropped.
+    /// A leased or per-request key unused this long may be dropped (a local one only once
+    /// forgetting it changes no answer).
     pub key_idle_ns: u64,
     /// A key waiting this long for its first lease is treated as unreachable.
     pub acquire_wait_max_ns: u64,

@@ -153,7 +153,9 @@ impl LocalSpec {
             LocalSpec::SlidingWindow { limit, window_ns } => LocalLimiter::SlidingWindow(
                 SlidingWindow::new(*limit, *window_ns, Nanos::ZERO).expect("checked positive"),
             ),
-            LocalSpec::Calendar { prototype } => LocalLimiter::Calendar(prototype.clone()),
+            LocalSpec::Calendar { prototype } => {
+                LocalLimiter::Calendar(Box::new(prototype.clone()))
+            }
         }
     }
 }
@@ -167,7 +169,9 @@ pub(crate) enum LocalLimiter {
     /// Charged with [`FixedWindow::take_counting_denied`].
     CountingWindow(FixedWindow),
     SlidingWindow(SlidingWindow),
-    Calendar(CalendarQuota),
+    /// Boxed: its time zone makes it twice the size of the others, and every key of the
+    /// table holds a limiter's worth of space.
+    Calendar(Box<CalendarQuota>),
 }
 
 /// The outcome of one local charge, with what the response reports.
@@ -230,6 +234,41 @@ impl LocalLimiter {
         }
     }
 
+    /// The first monotonic time from which forgetting this limiter changes no later
+    /// answer, if it is not charged again: a fresh one made then would decide every
+    /// request as this one would (its window ended, its bucket is full again, nothing was
+    /// charged this period). `at` places windows and periods on the monotonic timeline.
+    pub(crate) fn rest_at(&self, at: LocalTime) -> Nanos {
+        let mono_of_unix = |unix: u64| Nanos(unix.saturating_sub(at.unix_offset_ns));
+        match self {
+            LocalLimiter::TokenBucket(l) => bucket_rest_at(l),
+            LocalLimiter::Gcra(l) => l.tat(),
+            LocalLimiter::FixedWindow(l) | LocalLimiter::CountingWindow(l) => {
+                if l.count() == 0 {
+                    return Nanos::ZERO;
+                }
+                mono_of_unix(l.window_bounds(l.last()).1 .0)
+            }
+            LocalLimiter::SlidingWindow(l) => {
+                if l.used(at.unix()) == 0 {
+                    return Nanos::ZERO;
+                }
+                // The window after the latest one ends with both counts slid out.
+                let w = l.window_ns();
+                let end = (l.last().0 / w).saturating_add(2).saturating_mul(w);
+                mono_of_unix(end)
+            }
+            LocalLimiter::Calendar(l) => match l.current_period() {
+                _ if l.used() == 0 => Nanos::ZERO,
+                Some((_, end)) => {
+                    let ns = u64::try_from(end.as_nanosecond()).unwrap_or(u64::MAX);
+                    mono_of_unix(ns)
+                }
+                None => Nanos::ZERO,
+            },
+        }
+    }
+
     /// Whether deciding needs the wall clock (calendar quotas).
     pub(crate) fn reads_wall(&self) -> bool {
         matches!(self, LocalLimiter::Calendar(_))
@@ -247,9 +286,30 @@ pub(crate) struct LocalTime {
 }
 
 impl LocalTime {
+    /// `mono` with the wall time read off the UNIX timeline rather than the wall clock:
+    /// for deciding whether state may be forgotten, where a second's skew between the two
+    /// only moves the moment a key is dropped.
+    pub(crate) fn from_unix(mono: Nanos, unix_offset_ns: u64) -> LocalTime {
+        let unix = mono.saturating_add_ns(unix_offset_ns);
+        let wall =
+            jiff::Timestamp::from_nanosecond(i128::from(unix.0)).unwrap_or(jiff::Timestamp::MAX);
+        LocalTime {
+            mono,
+            unix_offset_ns,
+            wall,
+        }
+    }
+
     fn unix(&self) -> Nanos {
         self.mono.saturating_add_ns(self.unix_offset_ns)
     }
+}
+
+/// When `bucket` holds its whole burst again if nothing spends meanwhile.
+pub(crate) fn bucket_rest_at(bucket: &TokenBucket) -> Nanos {
+    bucket
+        .last()
+        .saturating_add_ns(bucket.ns_until(bucket.burst()))
 }
 
 /// A charge's outcome from the algorithm's decision, with the time until the limit is whole.

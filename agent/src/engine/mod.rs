@@ -57,6 +57,7 @@ mod earn;
 mod epoch;
 mod exact;
 mod fastkey;
+mod forget;
 mod leased;
 mod local;
 mod policy;
@@ -72,6 +73,7 @@ mod stripes;
 mod table;
 mod tcache;
 mod undo;
+mod windows;
 
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
@@ -91,6 +93,7 @@ pub use request::{AdmitRequest, Dimension, Target};
 pub use results::Results;
 pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
+pub use windows::WindowCount;
 
 use arc_swap::ArcSwap;
 use leasehold_common::policy::envoy::{EnvoyConfig, MatchedRule};
@@ -328,15 +331,18 @@ impl Engine {
         self.acquire_rx.lock().take()
     }
 
-    /// Drops keys idle at `now` and keys of policies no longer in the rule set; returns
-    /// how many. Call it periodically; a full shard also drops its idle keys on demand.
+    /// Drops the keys that may be forgotten at `now` (local limits at rest, leased and
+    /// per-request keys idle for `key_idle_ns`) and keys of policies no longer in the rule
+    /// set; returns how many. Call it periodically; a full shard also drops such keys on
+    /// demand.
     pub fn sweep(&self, now: Nanos) -> usize {
         let now = self.counters.observe(now);
+        let at = local::LocalTime::from_unix(now, self.unix_offset.get());
         let rules = self.rules.load();
         let live: std::collections::HashSet<u64> =
             rules.policies.iter().map(|p| p.generation).collect();
         self.table
-            .sweep(now, |generation| live.contains(&generation))
+            .sweep(at, |generation| live.contains(&generation))
     }
 
     /// Keys in the key table now.

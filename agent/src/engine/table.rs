@@ -2,8 +2,11 @@
 //!
 //! Keys are attacker-influenced, so the table has a hard cap (`keys_max`, split evenly over
 //! the shards) and a keyed hash (seeded per table) so that nobody can aim many keys at one
-//! shard. A full shard first drops its idle entries; if none are idle the caller is told,
-//! and spends from the policy's overflow key instead of growing the table.
+//! shard. A full shard first drops the entries it may forget (see [`super::forget`]); if
+//! there are none the caller is told, and spends from the policy's overflow key instead of
+//! growing the table. A shard that found nothing to drop looks again only once one of its
+//! entries may have come to rest, so a table full of live keys costs a lookup per new key,
+//! not a scan.
 //!
 //! The caller hashes a key once; the hash picks the shard and the bucket, and entries keep
 //! their key and hash so a lookup compares in place. Shards are read under a
@@ -13,7 +16,7 @@
 //! or its own small lock (local algorithms), so keys in one shard do not serialise each
 //! other.
 
-use super::local::LocalLimiter;
+use super::local::{LocalLimiter, LocalTime};
 use super::readlock::ReadStripedLock;
 use super::spin::SpinLock;
 use hashbrown::HashTable;
@@ -43,8 +46,9 @@ pub struct Entry {
     /// using it.
     removed: AtomicBool,
     pub(crate) state: EntryState,
-    /// The local emergency bucket used while the policy is restricted; made on first need.
-    pub(crate) emergency: Mutex<Option<TokenBucket>>,
+    /// The local emergency bucket used while the policy is restricted; made on first need,
+    /// and boxed so that the keys that never need it (nearly all) spend a pointer on it.
+    pub(crate) emergency: Mutex<Option<Box<TokenBucket>>>,
 }
 
 #[derive(Debug)]
@@ -131,19 +135,9 @@ impl Entry {
         }
     }
 
-    fn idle_since(&self, now: Nanos, idle_ns: u64) -> bool {
-        now.0
-            .saturating_sub(self.last_used_ns.load(Ordering::Relaxed))
-            >= idle_ns
-    }
-
-    /// Whether the entry may be dropped although idle: units still in flight must be
-    /// released into this entry, so it stays.
-    fn evictable(&self) -> bool {
-        match &self.state {
-            EntryState::InFlight { count, .. } => count.load(Ordering::Acquire) == 0,
-            _ => true,
-        }
+    /// The recorded last use (up to the table's `touch_ns` behind the real one).
+    pub(crate) fn last_used(&self) -> Nanos {
+        Nanos(self.last_used_ns.load(Ordering::Relaxed))
     }
 
     /// Takes `units` against a concurrency limit if they fit; returns the count after.
@@ -171,14 +165,25 @@ impl Entry {
     }
 }
 
-/// The table was full and had no idle entry to drop.
+/// The table was full and had no entry it may forget.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
 /// Keys come from callers (an attacker may choose them), so the hash is seeded per table;
 /// foldhash's quality variant costs a fraction of SipHash on the hot path.
 type KeyHasher = foldhash::quality::RandomState;
-type Shard = ReadStripedLock<HashTable<Arc<Entry>>>;
+type Shard = ReadStripedLock<ShardMap>;
+
+struct ShardMap {
+    map: HashTable<Arc<Entry>>,
+    /// While full, the shard is not scanned for entries to drop before this monotonic
+    /// time: the earliest any entry it kept may come to rest.
+    next_scan_ns: u64,
+}
+
+/// A full shard of live keys is scanned at most this often, however soon its entries
+/// come to rest: a scan visits every entry under the shard's write lock.
+const SCAN_GAP_NS: u64 = 100_000_000;
 
 pub(crate) struct KeyTable {
     shards: Box<[Shard]>,
@@ -197,14 +202,20 @@ pub(crate) struct KeyTable {
 const TOUCH_NS_MAX: u64 = 1_000_000;
 
 impl KeyTable {
-    /// A table of at most `keys_max` keys over about `shards` shards; entries unused for
-    /// `idle_ns` may be dropped. Readers are counted in `stripes` stripes.
+    /// A table of at most `keys_max` keys over about `shards` shards; entries whose state
+    /// lives elsewhere may be dropped once unused for `idle_ns`. Readers are counted in `stripes` stripes.
     pub(crate) fn new(keys_max: usize, shards: usize, idle_ns: u64, stripes: usize) -> KeyTable {
         let keys_max = keys_max.max(1);
         let count = shards.clamp(1, keys_max);
         KeyTable {
             shards: (0..count)
-                .map(|_| ReadStripedLock::new(HashTable::new(), stripes))
+                .map(|_| {
+                    let map = ShardMap {
+                        map: HashTable::new(),
+                        next_scan_ns: 0,
+                    };
+                    ReadStripedLock::new(map, stripes)
+                })
                 .collect(),
             shard_cap: keys_max / count,
             idle_ns,
@@ -238,8 +249,10 @@ impl KeyTable {
         generation: u64,
         f: impl FnOnce(&Arc<Entry>) -> R,
     ) -> Option<R> {
-        self.shard(hash).read(|map| {
-            map.find(hash, |e| e.hash == hash && super::bytes::same(&e.key, key))
+        self.shard(hash).read(|shard| {
+            shard
+                .map
+                .find(hash, |e| e.hash == hash && super::bytes::same(&e.key, key))
                 .filter(|e| e.generation == generation)
                 .map(f)
         })
@@ -252,22 +265,26 @@ impl KeyTable {
         key: &str,
         hash: u64,
         generation: u64,
-        now: Nanos,
+        at: LocalTime,
         make: impl FnOnce(Option<&Entry>) -> EntryState,
     ) -> Result<(Arc<Entry>, bool), TableFull> {
-        self.shard(hash).write(|map| {
+        let now = at.mono;
+        self.shard(hash).write(|shard| {
             let eq = |e: &Arc<Entry>| e.hash == hash && *e.key == *key;
-            let stale = match map.find(hash, eq) {
+            let stale = match shard.map.find(hash, eq) {
                 Some(e) if e.generation == generation => return Ok((Arc::clone(e), false)),
                 Some(e) => Some(Arc::clone(e)),
                 None => None,
             };
-            if stale.is_none() && map.len() >= self.shard_cap {
-                self.evict_idle(map, now);
-                if map.len() >= self.shard_cap {
+            if stale.is_none() && shard.map.len() >= self.shard_cap {
+                if now.0 >= shard.next_scan_ns {
+                    self.drop_at_rest(shard, at);
+                }
+                if shard.map.len() >= self.shard_cap {
                     return Err(TableFull);
                 }
             }
+            let map = &mut shard.map;
             let state = make(stale.as_deref());
             let entry = Arc::new(Entry::new(key.into(), hash, generation, state, now));
             match map.find_mut(hash, eq) {
@@ -284,16 +301,22 @@ impl KeyTable {
         })
     }
 
-    fn evict_idle(&self, map: &mut HashTable<Arc<Entry>>, now: Nanos) {
-        let before = map.len();
-        map.retain(|e| {
-            let keep = !(e.idle_since(now, self.idle_ns) && e.evictable());
-            if !keep {
+    /// Drops the shard's entries that may go at `at`, and notes when the next may.
+    fn drop_at_rest(&self, shard: &mut ShardMap, at: LocalTime) {
+        let before = shard.map.len();
+        let mut next = u64::MAX;
+        shard.map.retain(|e| {
+            let droppable_at = e.droppable_at(at, self.idle_ns);
+            let keep = droppable_at > at.mono;
+            if keep {
+                next = next.min(droppable_at.0);
+            } else {
                 e.mark_removed(false);
             }
             keep
         });
-        self.note_removed(before - map.len());
+        shard.next_scan_ns = next.max(at.mono.0.saturating_add(SCAN_GAP_NS));
+        self.note_removed(before - shard.map.len());
     }
 
     fn note_removed(&self, removed: usize) {
@@ -301,18 +324,19 @@ impl KeyTable {
         self.evictions.fetch_add(removed as u64, Ordering::Relaxed);
     }
 
-    /// Drops entries idle at `now` and entries whose policy generation is no longer live.
-    /// Returns how many were dropped.
-    pub(crate) fn sweep(&self, now: Nanos, live: impl Fn(u64) -> bool) -> usize {
+    /// Drops entries that may go at `at` and entries whose policy generation is no
+    /// longer live. Returns how many were dropped.
+    pub(crate) fn sweep(&self, at: LocalTime, live: impl Fn(u64) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
-            removed += shard.write(|map| {
+            removed += shard.write(|shard| {
+                let map = &mut shard.map;
                 let before = map.len();
                 // State of a removed policy goes even with units in flight: their guards
                 // hold the entry, and no new request can reach it.
                 map.retain(|e| {
-                    let idle = e.idle_since(now, self.idle_ns) && e.evictable();
-                    let keep = live(e.generation) && !idle;
+                    let at_rest = e.droppable_at(at, self.idle_ns) <= at.mono;
+                    let keep = live(e.generation) && !at_rest;
                     if !keep {
                         e.mark_removed(false);
                     }
@@ -325,6 +349,13 @@ impl KeyTable {
         removed
     }
 
+    /// Calls `f` on every entry, one shard at a time inside its read section.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry)) {
+        for shard in self.shards.iter() {
+            shard.read(|shard| shard.map.iter().for_each(|e| f(e)));
+        }
+    }
+
     /// How far behind a key's recorded last use may lag.
     pub(crate) fn touch_ns(&self) -> u64 {
         self.touch_ns
@@ -335,7 +366,8 @@ impl KeyTable {
         self.len.load(Ordering::Relaxed)
     }
 
-    /// Entries dropped so far (idle or of a removed policy).
+    /// Entries dropped so far (at rest, idle with their state elsewhere, or of a removed
+    /// policy).
     pub(crate) fn evictions(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)
     }
@@ -343,5 +375,15 @@ impl KeyTable {
     /// The most keys the table holds.
     pub(crate) fn capacity(&self) -> usize {
         self.shard_cap * self.shards.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every key held costs an entry: a million keys per agent are meant to fit in about
+    /// 200 MB (docs/benchmarks.md measures the whole per key).
+    #[test]
+    fn an_entry_stays_small() {
+        assert!(std::mem::size_of::<super::Entry>() <= 152);
     }
 }

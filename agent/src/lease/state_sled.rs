@@ -50,6 +50,14 @@ impl SledStore {
     }
 }
 
+impl SledStore {
+    /// Another tree of the same database, for state kept beside the leases' (one process
+    /// holds the file's lock, so everything it keeps shares this handle).
+    pub fn tree(&self, name: &str) -> Result<sled::Tree, StateError> {
+        self.db.open_tree(name).map_err(storage)
+    }
+}
+
 /// Longest wait for another handle's file lock on the state file.
 const LOCK_WAIT_MS: u64 = 5_000;
 /// Pause between attempts to take the lock.

@@ -51,6 +51,19 @@ impl FixedWindow {
         })
     }
 
+    /// A counter that has `count` units charged in the window holding `now` (state kept
+    /// across a restart).
+    pub fn with_count(
+        limit: u64,
+        window_ns: u64,
+        now: Nanos,
+        count: u64,
+    ) -> Result<FixedWindow, WindowError> {
+        let mut window = FixedWindow::new(limit, window_ns, now)?;
+        window.count = count;
+        Ok(window)
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }

@@ -89,7 +89,7 @@ const METHODS: &[(&str, &[(&str, bool)])] = &[
         ("SetBudget", false), ("SplitBudget", false), ("RebalanceBudget", false),
         ("ListLeases", false), ("RevokeLease", false), ("ClusterStatus", false),
         ("AddLearner", false), ("PromoteVoter", false), ("RemoveNode", false),
-        ("SetEmergency", false), ("TailAudit", true),
+        ("SetEmergency", false), ("TailAudit", true), ("Backup", false), ("Restore", false),
     ]),
 ];
 

@@ -8,3 +8,4 @@ pub mod engine;
 pub mod exact;
 pub mod lease;
 pub mod reload;
+mod sync;

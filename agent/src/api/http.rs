@@ -1,7 +1,7 @@
 //! The agent's HTTP API: `POST /v1/admit` (200 or 429 with `Retry-After` and the IETF
 //! `RateLimit-Policy` / `RateLimit` fields), `/metrics`, `/healthz`, `/readyz`.
 
-use super::dims::{DimensionRules, RequestDimension};
+use super::dims::{DimensionError, DimensionRules, RequestDimension};
 use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use axum::extract::State;
@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_common::time::{Clock, SystemClock};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,7 +32,8 @@ struct Http {
     clock: SystemClock,
 }
 
-#[derive(Debug, Deserialize)]
+// Serialize only writes a read body back in one form, for `read_admit_body`.
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct AdmitBody {
     dimensions: Vec<DimensionBody>,
@@ -44,7 +45,7 @@ struct AdmitBody {
     bytes: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct DimensionBody {
     #[serde(default)]
@@ -150,6 +151,38 @@ async fn admit(
         Ok(decision) => respond(&decision),
         Err(e) => bad(e.to_string()),
     }
+}
+
+/// Why a `/v1/admit` body is not an admission request.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitBodyError {
+    #[error("request body: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Dimensions(#[from] DimensionError),
+}
+
+/// A `/v1/admit` body read as far as the engine.
+#[derive(Debug, PartialEq, Eq)]
+pub struct AdmitBodyRead {
+    /// Dimensions the engine would be asked about.
+    pub dimensions: usize,
+    /// The body written back in one form: reading it gives this same value.
+    pub canonical: String,
+}
+
+/// Reads a `/v1/admit` body as the endpoint does (the JSON, then the dimensions' number,
+/// entries and targets) without deciding it: what the endpoint's fuzz target exercises.
+pub fn read_admit_body(body: &[u8]) -> Result<AdmitBodyRead, AdmitBodyError> {
+    let body: AdmitBody = serde_json::from_slice(body)?;
+    let dimensions = RULES.with_dimensions(&body.dimensions, |dims| {
+        request_of(&body, dims).dimensions.len()
+    })?;
+    let canonical = serde_json::to_string(&body)?;
+    Ok(AdmitBodyRead {
+        dimensions,
+        canonical,
+    })
 }
 
 fn request_of<'a>(body: &'a AdmitBody, dims: &'a [Dimension<'a>]) -> AdmitRequest<'a> {

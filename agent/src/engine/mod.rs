@@ -75,6 +75,16 @@ mod tcache;
 mod undo;
 mod windows;
 
+/// The hand-written synchronisation, reachable by the loom models in `tests/loom_*.rs`
+/// (built only with `--cfg leasehold_loom`; see `crate::sync`).
+#[cfg(leasehold_loom)]
+#[doc(hidden)]
+pub mod models {
+    pub use super::readlock::ReadStripedLock;
+    pub use super::spin::{SpinGuard, SpinLock};
+    pub use super::undo::model::{Request, TableEntry, Unit, Watch};
+}
+
 pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
     EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,

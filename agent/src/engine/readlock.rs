@@ -11,11 +11,9 @@
 //! then yields the core.
 
 use super::stripes::Striped;
-use parking_lot::Mutex;
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, UnsafeCell};
 
-pub(crate) struct ReadStripedLock<T> {
+pub struct ReadStripedLock<T> {
     readers: Striped<AtomicU64>,
     writing: AtomicBool,
     /// Serialises writers.
@@ -32,14 +30,14 @@ unsafe impl<T: Send + Sync> Sync for ReadStripedLock<T> {}
 fn backoff(spins: &mut u32) {
     *spins += 1;
     if *spins < 64 {
-        std::hint::spin_loop();
+        crate::sync::spin_loop();
     } else {
-        std::thread::yield_now();
+        crate::sync::yield_now();
     }
 }
 
 impl<T> ReadStripedLock<T> {
-    pub(crate) fn new(data: T, stripes: usize) -> Self {
+    pub fn new(data: T, stripes: usize) -> Self {
         ReadStripedLock {
             readers: Striped::new(stripes),
             writing: AtomicBool::new(false),
@@ -50,13 +48,14 @@ impl<T> ReadStripedLock<T> {
 
     /// Runs `f` with shared access. `f` must not take this lock again for writing.
     #[inline]
-    pub(crate) fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         let count = self.readers.local();
         let mut spins = 0;
         loop {
             // SeqCst on both sides: either this reader sees the flag, or the writer sees
             // this reader's count (a store-load pair needs a full fence).
             count.fetch_add(1, Ordering::SeqCst);
+            crate::sync::seqcst_store_load();
             if !self.writing.load(Ordering::SeqCst) {
                 break;
             }
@@ -73,13 +72,14 @@ impl<T> ReadStripedLock<T> {
         }
         let _leave = Leave(count);
         // SAFETY: counted as a reader with no writer inside; a writer waits for the count.
-        f(unsafe { &*self.data.get() })
+        self.data.with(|data| f(unsafe { &*data }))
     }
 
     /// Runs `f` with exclusive access.
-    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+    pub fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let _writer = self.writer.lock();
         self.writing.store(true, Ordering::SeqCst);
+        crate::sync::seqcst_store_load();
         struct Lower<'a>(&'a AtomicBool);
         impl Drop for Lower<'_> {
             fn drop(&mut self) {
@@ -95,11 +95,12 @@ impl<T> ReadStripedLock<T> {
         }
         // SAFETY: the flag keeps new readers out and every counted reader has left; other
         // writers wait on `writer`.
-        f(unsafe { &mut *self.data.get() })
+        self.data.with_mut(|data| f(unsafe { &mut *data }))
     }
 }
 
-#[cfg(test)]
+// Under loom these would run outside a model; tests/loom_readlock.rs models the lock there.
+#[cfg(all(test, not(leasehold_loom)))]
 mod tests {
     use super::*;
 

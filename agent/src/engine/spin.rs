@@ -7,14 +7,13 @@
 //! for without every waiter burning its time slice. Sections under this lock never block,
 //! allocate or call out.
 
-use std::cell::UnsafeCell;
+use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Spins before a waiter starts yielding instead.
 const SPINS_MAX: u32 = 64;
 
-pub(crate) struct SpinLock<T> {
+pub struct SpinLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -24,7 +23,7 @@ pub(crate) struct SpinLock<T> {
 unsafe impl<T: Send> Sync for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
-    pub(crate) const fn new(value: T) -> Self {
+    pub fn new(value: T) -> Self {
         SpinLock {
             locked: AtomicBool::new(false),
             value: UnsafeCell::new(value),
@@ -32,7 +31,7 @@ impl<T> SpinLock<T> {
     }
 
     #[inline]
-    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+    pub fn lock(&self) -> SpinGuard<'_, T> {
         if !self.try_acquire() {
             self.lock_contended();
         }
@@ -40,7 +39,7 @@ impl<T> SpinLock<T> {
     }
 
     /// The guard if the lock is free now.
-    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         // A guard is made only once acquired: one made and dropped would release the lock.
         if self.try_acquire() {
             Some(SpinGuard { lock: self })
@@ -65,9 +64,9 @@ impl<T> SpinLock<T> {
             while self.locked.load(Ordering::Relaxed) {
                 if spins < SPINS_MAX {
                     spins += 1;
-                    std::hint::spin_loop();
+                    crate::sync::spin_loop();
                 } else {
-                    std::thread::yield_now();
+                    crate::sync::yield_now();
                 }
             }
             if self.try_acquire() {
@@ -88,7 +87,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for SpinLock<T> {
 
 /// Holds the lock; releases it when dropped (also while unwinding: the sections under
 /// this lock leave their value consistent at every step, so there is nothing to poison).
-pub(crate) struct SpinGuard<'a, T> {
+pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
 }
 
@@ -96,14 +95,14 @@ impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: this guard holds the lock, so no other reference to the value exists.
-        unsafe { &*self.lock.value.get() }
+        self.lock.value.with(|value| unsafe { &*value })
     }
 }
 
 impl<T> DerefMut for SpinGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
-        unsafe { &mut *self.lock.value.get() }
+        self.lock.value.with_mut(|value| unsafe { &mut *value })
     }
 }
 
@@ -114,7 +113,8 @@ impl<T> Drop for SpinGuard<'_, T> {
     }
 }
 
-#[cfg(test)]
+// Under loom these would run outside a model; tests/loom_spin.rs models the lock there.
+#[cfg(all(test, not(leasehold_loom)))]
 mod tests {
     use super::*;
 

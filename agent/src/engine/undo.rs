@@ -224,6 +224,120 @@ impl Drop for Charges {
     }
 }
 
+/// A request's charges to one key's entry, with only the operations the loom model of
+/// charge references needs (`tests/loom_undo.rs`): the entry's type stays private.
+#[cfg(leasehold_loom)]
+pub mod model {
+    use super::*;
+    use crate::engine::table::EntryState;
+    use std::sync::Weak;
+
+    /// The key table's reference to an entry with a concurrency limit.
+    pub struct TableEntry(Arc<Entry>);
+
+    /// Tells whether an entry is still allocated, without keeping it.
+    pub struct Watch(Weak<Entry>);
+
+    /// One request: its charges, and the entries its thread keeps alive until it ends (as
+    /// the thread's key cache does for entries charged without a count).
+    pub struct Request {
+        charges: Charges,
+        kept_alive: Vec<Arc<Entry>>,
+    }
+
+    /// A concurrency unit kept past its request through a counted reference.
+    pub struct Unit(Arc<Entry>);
+
+    impl TableEntry {
+        pub fn new(max: u64) -> Self {
+            let state = EntryState::InFlight {
+                max,
+                count: Default::default(),
+            };
+            TableEntry(Arc::new(Entry::new("k".into(), 0, 0, state, Nanos(0))))
+        }
+
+        pub fn watch(&self) -> Watch {
+            Watch(Arc::downgrade(&self.0))
+        }
+    }
+
+    impl Watch {
+        pub fn alive(&self) -> bool {
+            self.0.strong_count() > 0
+        }
+    }
+
+    impl Request {
+        pub fn new() -> Self {
+            Request {
+                charges: Charges::new(),
+                kept_alive: Vec::new(),
+            }
+        }
+
+        /// Takes `units` of `entry`'s concurrency limit for dimension `index`, referring to
+        /// the entry without a count of its own when `held`. False if they do not fit.
+        pub fn charge(&mut self, entry: &TableEntry, index: usize, units: u64, held: bool) -> bool {
+            if entry.0.acquire_in_flight(units).is_err() {
+                return false;
+            }
+            let found = if held {
+                self.kept_alive.push(Arc::clone(&entry.0));
+                // SAFETY: `kept_alive` holds the entry until the request is dropped, after
+                // its charges (declared first, so dropped first).
+                unsafe { Found::held(&entry.0) }
+            } else {
+                Found::shared(&entry.0)
+            };
+            let wall = jiff::Timestamp::UNIX_EPOCH;
+            let entry = EntryRef::to(found);
+            self.charges
+                .keep(index, ChargeKind::InFlight, entry, units, Nanos(0), wall);
+            true
+        }
+
+        /// Reads the entry dimension `index` charged, through the charge's reference.
+        pub fn key_of(&self, index: usize) -> Option<String> {
+            let bit = 1u32 << index;
+            if index >= DIMENSIONS_LIMIT || self.charges.present & bit == 0 {
+                return None;
+            }
+            // SAFETY: the bit is set, so the charge was written by `keep` and is still kept.
+            let charge = unsafe { self.charges.kept[index].assume_init_ref() };
+            Some(charge.entry.get().key().to_owned())
+        }
+
+        /// Undoes dimension `index`'s charge, as a later dimension's refusal does.
+        pub fn undo(&mut self, index: usize) -> bool {
+            let Some(charge) = self.charges.take(index) else {
+                return false;
+            };
+            charge.entry.get().release_in_flight(charge.units);
+            true
+        }
+
+        /// Keeps dimension `index`'s units past the request, as an admitted request's
+        /// concurrency units are.
+        pub fn keep_unit(&mut self, index: usize) -> Option<Unit> {
+            Some(Unit(self.charges.take(index)?.entry.into_arc()))
+        }
+    }
+
+    impl Default for Request {
+        fn default() -> Self {
+            Request::new()
+        }
+    }
+
+    impl Unit {
+        /// Gives the unit back when the request's work ends.
+        pub fn release(self) {
+            self.0.release_in_flight(1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 //! encoded, in the corpus, so mutations start from bytes that verify.
 #![no_main]
 
-use leasehold_agent::lease::wire::{lease_from_pb, lease_to_pb};
+use leasehold_client::wire::{lease_from_pb, lease_to_pb};
 use leasehold_common::lease::sign::{LeaseSigner, LeaseVerifier};
 use leasehold_common::lease::Lease;
 use leasehold_proto::leasehold::v1 as pb;

@@ -8,8 +8,5 @@ pub mod engine;
 pub mod exact;
 pub mod lease;
 pub mod reload;
-<<<<<<< HEAD
-pub mod window_store;
-=======
 mod sync;
->>>>>>> fuzz
+pub mod window_store;

@@ -7,12 +7,9 @@
 mod process_support;
 
 use process_support::{
-    admit_answer, agent_binary, ctl_insecure, free_port, json, spawn_logged,
-    start_insecure_allocator, wait_agent_ready, wait_until, Proc,
+    admitted, ctl_insecure, json, start_insecure_agent as start_agent, start_insecure_allocator,
 };
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
 /// 10 units a month, decided by the allocator for every request.
 const QUOTA: &str = "id: quota\ndimensions: [{name: tenant}]\nscope: global\n\
@@ -27,38 +24,6 @@ fn apply(dir: &Path, server: &str, name: &str, doc: &str) {
     std::fs::write(&file, doc).unwrap();
     let out = ctl_insecure(server, &["policy", "apply", "-f", file.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
-}
-
-fn start_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
-    let (grpc, http) = (free_port(), free_port());
-    let mut cmd = Command::new(agent_binary());
-    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
-    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
-    wait_agent_ready(http);
-    (proc, http)
-}
-
-/// Of `n` requests for `tenant`, how many the agent admitted (waiting out a first lease).
-fn admitted(port: u16, policy: &str, tenant: &str, n: u64) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..n {
-        let answer =
-            wait_until(
-                Duration::from_secs(10),
-                Duration::from_millis(20),
-                || match admit_answer(port, policy, tenant) {
-                    Some(a) if a["reason"] == "awaitinglease" => Err(format!("waiting: {a}")),
-                    Some(a) => Ok(a),
-                    None => Err("no answer".to_owned()),
-                },
-            );
-        if answer["allowed"] == true {
-            admitted += 1;
-        }
-    }
-    admitted
 }
 
 #[test]

@@ -8,12 +8,10 @@
 mod process_support;
 
 use process_support::{
-    admit_answer, agent_binary, ctl_insecure, free_port, json, spawn_logged,
-    start_insecure_allocator, wait_agent_ready, wait_until, Proc,
+    admitted, ctl_insecure, json, start_insecure_agent, start_insecure_allocator,
 };
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
 const LIMIT: u64 = 10;
 const PER_AGENT: u64 = 15;
@@ -34,39 +32,6 @@ fn apply(dir: &Path, server: &str, id: &str, scope: &str, body: &str) -> Output 
     ctl_insecure(server, &["policy", "apply", "-f", file.to_str().unwrap()])
 }
 
-fn start_agent(bin: &Path, dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
-    let (grpc, http) = (free_port(), free_port());
-    let mut cmd = Command::new(bin);
-    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
-    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
-    wait_agent_ready(http);
-    (proc, http)
-}
-
-/// Sends requests until `PER_AGENT` of them were decided on the budget (an answer while the
-/// agent still waits for its first lease decides nothing) and returns how many passed.
-fn decided(port: u16, policy: &str, tenant: &str) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..PER_AGENT {
-        let answer =
-            wait_until(
-                Duration::from_secs(10),
-                Duration::from_millis(20),
-                || match admit_answer(port, policy, tenant) {
-                    Some(a) if a["reason"] == "awaitinglease" => Err(format!("still waiting: {a}")),
-                    Some(a) => Ok(a),
-                    None => Err("no answer".to_owned()),
-                },
-            );
-        if answer["allowed"] == true {
-            admitted += 1;
-        }
-    }
-    admitted
-}
-
 #[test]
 fn two_agents_share_one_budget_for_every_algorithm() {
     let tmp = tempfile::tempdir().unwrap();
@@ -80,12 +45,12 @@ fn two_agents_share_one_budget_for_every_algorithm() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let bin = agent_binary();
-    let (_a, port_a) = start_agent(&bin, dir, &server, "gw-a");
-    let (_b, port_b) = start_agent(&bin, dir, &server, "gw-b");
+    let (_a, port_a) = start_insecure_agent(dir, &server, "gw-a");
+    let (_b, port_b) = start_insecure_agent(dir, &server, "gw-b");
     let mut report = Vec::new();
     for (id, _) in POLICIES {
-        let together = decided(port_a, id, "acme") + decided(port_b, id, "acme");
+        let together =
+            admitted(port_a, id, "acme", PER_AGENT) + admitted(port_b, id, "acme", PER_AGENT);
         report.push(format!("{id}: {together}"));
         assert!(
             together <= LIMIT,

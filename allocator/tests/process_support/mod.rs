@@ -220,3 +220,38 @@ pub fn start_insecure_allocator(dir: &Path) -> (Proc, String) {
     let node = start_node(&config, &server, &dir.join("node.log"));
     (node, server)
 }
+
+/// The agent binary on free loopback ports, leasing from the insecure cluster at `server`
+/// as `holder` (its log in `dir/<holder>.log`), ready: the process and its HTTP port.
+pub fn start_insecure_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
+    let (grpc, http) = (free_port(), free_port());
+    let mut cmd = Command::new(agent_binary());
+    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
+    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
+    wait_agent_ready(http);
+    (proc, http)
+}
+
+/// Sends `n` requests for `tenant` that the agent decides on the budget (an answer while
+/// it still waits for its first lease decides nothing and is asked again); how many passed.
+pub fn admitted(port: u16, policy: &str, tenant: &str, n: u64) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let answer =
+            wait_until(
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || match admit_answer(port, policy, tenant) {
+                    Some(a) if a["reason"] == "awaitinglease" => Err(format!("still waiting: {a}")),
+                    Some(a) => Ok(a),
+                    None => Err("no answer".to_owned()),
+                },
+            );
+        if answer["allowed"] == true {
+            admitted += 1;
+        }
+    }
+    admitted
+}

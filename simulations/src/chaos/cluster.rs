@@ -297,8 +297,14 @@ impl ProcCluster {
         for n in &self.nodes {
             let log = std::fs::read_to_string(&n.log).unwrap_or_default();
             let lines: Vec<&str> = log.lines().collect();
+            // A crash's cause is above its backtrace, which alone fills the tail.
+            let cause = lines
+                .iter()
+                .find(|l| l.contains("panicked at") || l.starts_with("Error:"))
+                .map(|l| format!("{l}\n  ...\n"))
+                .unwrap_or_default();
             let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
-            out.push_str(&format!("global-{}:\n{tail}\n", n.id));
+            out.push_str(&format!("global-{}:\n{cause}{tail}\n", n.id));
         }
         out
     }

@@ -6,16 +6,9 @@
 #![cfg(leasehold_loom)]
 
 use leasehold_agent::credit::CreditSlot;
+use leasehold_agent::engine::models::bounded;
 use loom::sync::Arc;
 use loom::thread;
-
-fn bounded() -> loom::model::Builder {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder
-}
 
 /// Two spenders race the lease manager closing the lease: every unit deposited is either
 /// admitted or reported unspent, never both and never neither.

@@ -4,17 +4,10 @@
 //! Run with `RUSTFLAGS="--cfg leasehold_loom" cargo test -p leasehold-agent --release --test loom_spin`.
 #![cfg(leasehold_loom)]
 
+use leasehold_agent::engine::models::bounded;
 use leasehold_agent::engine::models::SpinLock;
 use loom::sync::Arc;
 use loom::thread;
-
-fn bounded() -> loom::model::Builder {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder
-}
 
 /// Two fields written apart under the lock: a second holder inside at the same time would
 /// see them differ (and loom reports the unsynchronised access to the cell itself).

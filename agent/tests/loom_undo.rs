@@ -10,17 +10,10 @@
 //! Run with `RUSTFLAGS="--cfg leasehold_loom" cargo test -p leasehold-agent --release --test loom_undo`.
 #![cfg(leasehold_loom)]
 
+use leasehold_agent::engine::models::bounded;
 use leasehold_agent::engine::models::{Request, TableEntry, Unit};
 use loom::sync::mpsc::channel;
 use loom::thread;
-
-fn bounded() -> loom::model::Builder {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder
-}
 
 #[test]
 fn charges_keep_entries_alive_and_release_them_once() {

@@ -83,6 +83,16 @@ pub mod models {
     pub use super::readlock::ReadStripedLock;
     pub use super::spin::{SpinGuard, SpinLock};
     pub use super::undo::model::{Request, TableEntry, Unit, Watch};
+
+    /// The models' explorer: at most three preemptions per execution unless
+    /// `LOOM_MAX_PREEMPTIONS` says otherwise, which keeps every model to seconds.
+    pub fn bounded() -> loom::model::Builder {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder
+    }
 }
 
 pub use acquire::{AcquireReceiver, AcquireRequest};

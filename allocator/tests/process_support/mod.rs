@@ -13,32 +13,10 @@ use std::time::{Duration, Instant};
 
 pub const ALLOCATOR: &str = env!("CARGO_BIN_EXE_leasehold-allocator");
 
-/// Binary `bin` of the workspace's package `package`, built into this test's target
-/// directory with its profile: cargo builds only this package's own binaries for its tests.
-pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> → target/<profile>
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "-q", "-p", package, "--bin", bin])
-        .arg("--target-dir")
-        .arg(profile_dir.parent().unwrap());
-    // `debug` is the dev profile's directory; every other profile's is named after it.
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => {}
-        Some(profile) => {
-            cargo.args(["--profile", profile]);
-        }
-    }
-    let out = cargo.output().unwrap();
-    assert!(
-        out.status.success(),
-        "building {bin} of {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    profile_dir.join(bin)
-}
+// Shared with the simulations' process tests, which build the same binaries.
+#[path = "../binary_support/mod.rs"]
+mod binary_support;
+pub use binary_support::workspace_binary;
 
 /// The `leasectl` binary (package `leasehold-ctl`), built once per test process.
 pub fn leasectl_binary() -> &'static Path {

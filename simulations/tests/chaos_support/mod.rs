@@ -1,7 +1,7 @@
 //! The binaries the chaos tests run, built into this test's target directory (they belong
 //! to other packages, so cargo does not build them for this one).
 
-#[path = "../binary_support/mod.rs"]
+#[path = "../../../allocator/tests/binary_support/mod.rs"]
 mod binary_support;
 
 use binary_support::{profile_dir, workspace_binary};

@@ -1,6 +1,6 @@
 //! `leasectl` against the hierarchy's nodes, with an identity's certificates.
 
-#[path = "../binary_support/mod.rs"]
+#[path = "../../../allocator/tests/binary_support/mod.rs"]
 mod binary_support;
 
 use serde_json::Value;

@@ -1,6 +1,8 @@
 //! Binaries of other packages of the workspace, built into this test's target directory with
 //! its profile: cargo builds only a package's own binaries for its tests.
 
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 use super::{AdminServer, StateOutput};
 use crate::replica::Replica;
 use crate::state::backup::Backup;
-use crate::state::{AllocatorState, StateCommand};
+use crate::state::{AdminError, AllocatorState, StateCommand};
 use leasehold_proto::leasehold::v1 as pb;
 use tonic::Status;
 
@@ -12,16 +12,19 @@ impl<R: Replica<AllocatorState>> AdminServer<R> {
     pub(super) async fn take_backup(&self) -> Result<pb::BackupResponse, Status> {
         let taken = self
             .read(|s| {
-                s.backup(s.ledger().now())
-                    .and_then(|b| Ok((b.to_bytes()?, b)))
+                let now = s.ledger().now();
+                let bytes = s.backup(now)?;
+                let policies = s.policies().len() as u64;
+                Ok((bytes, s.ledger().config().grantor_id.clone(), now, policies))
             })
             .await?;
-        let (bytes, backup) = taken.map_err(|e| super::admin_status(&e))?;
+        let (backup, cluster, taken_at, policies) =
+            taken.map_err(|e: AdminError| super::admin_status(&e))?;
         Ok(pb::BackupResponse {
-            backup: bytes,
-            cluster: backup.cluster,
-            taken_at_ms: backup.taken_at_ns / 1_000_000,
-            policies: backup.state.policies().len() as u64,
+            backup,
+            cluster,
+            taken_at_ms: taken_at.0 / 1_000_000,
+            policies,
         })
     }
 

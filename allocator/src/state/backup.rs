@@ -21,13 +21,22 @@ use serde::{Deserialize, Serialize};
 pub use leasehold_proto::BACKUP_LEN_MAX;
 
 /// A backup as written to a file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 pub struct Backup {
     /// The cluster the state belongs to; it is restored only into a cluster of that name.
     pub cluster: String,
     /// When the backup was read, on the cluster's timeline (nanoseconds since the epoch).
     pub taken_at_ns: u64,
     pub state: AllocatorState,
+}
+
+/// [`Backup`] as it is written: borrowing the state, so taking a backup encodes it without
+/// copying it first (postcard writes `&str` and `&T` exactly as `String` and `T`).
+#[derive(Serialize)]
+struct BackupOf<'a> {
+    cluster: &'a str,
+    taken_at_ns: u64,
+    state: &'a AllocatorState,
 }
 
 /// What a restore did.
@@ -40,18 +49,6 @@ pub struct Restored {
 }
 
 impl Backup {
-    /// The backup's bytes, as `leasectl backup` writes them.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, AdminError> {
-        let bytes = encode("backup", self).map_err(|e| AdminError::Invalid(e.to_string()))?;
-        if bytes.len() > BACKUP_LEN_MAX {
-            return Err(AdminError::Refused(format!(
-                "the state is {} bytes, over the {BACKUP_LEN_MAX}-byte backup limit",
-                bytes.len()
-            )));
-        }
-        Ok(bytes)
-    }
-
     /// A backup read back from its bytes, refusing anything else (another format version,
     /// a truncated or altered file) with the reason.
     pub fn from_bytes(bytes: &[u8]) -> Result<Backup, AdminError> {
@@ -66,8 +63,9 @@ impl Backup {
 }
 
 impl AllocatorState {
-    /// This state as a backup taken at `now`; refused on a delegated cluster.
-    pub fn backup(&self, now: Nanos) -> Result<Backup, AdminError> {
+    /// This state as a backup's bytes, taken at `now`; refused on a delegated cluster and
+    /// when the encoding is over [`BACKUP_LEN_MAX`].
+    pub fn backup(&self, now: Nanos) -> Result<Vec<u8>, AdminError> {
         if self.is_delegated() {
             return Err(AdminError::Refused(
                 "a delegated cluster's state is leased from and mirrored from its upstream: \
@@ -75,11 +73,19 @@ impl AllocatorState {
                     .into(),
             ));
         }
-        Ok(Backup {
-            cluster: self.ledger.config().grantor_id.clone(),
+        let backup = BackupOf {
+            cluster: &self.ledger.config().grantor_id,
             taken_at_ns: now.0,
-            state: self.clone(),
-        })
+            state: self,
+        };
+        let bytes = encode("backup", &backup).map_err(|e| AdminError::Invalid(e.to_string()))?;
+        if bytes.len() > BACKUP_LEN_MAX {
+            return Err(AdminError::Refused(format!(
+                "the state is {} bytes, over the {BACKUP_LEN_MAX}-byte backup limit",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
     }
 
     pub(super) fn apply_restore(

@@ -62,7 +62,7 @@ fn a_restored_cluster_keeps_policies_and_usage_and_counts_outstanding_leases_as_
     );
     let leased = acquire(&mut old, T0, "gw-1", 4, 1);
     assert!(leased > 0);
-    let bytes = old.backup(T0).unwrap().to_bytes().unwrap();
+    let bytes = old.backup(T0).unwrap();
 
     let mut new = AllocatorState::new(LedgerConfig::root("global"));
     let later = T0.saturating_add_ns(1_000_000_000);
@@ -97,7 +97,7 @@ fn a_restored_cluster_keeps_policies_and_usage_and_counts_outstanding_leases_as_
 fn a_restore_is_refused_unless_the_cluster_is_a_new_root_of_the_same_name() {
     let mut old = AllocatorState::new(LedgerConfig::root("global"));
     apply_quota(&mut old, QUOTA);
-    let bytes = old.backup(T0).unwrap().to_bytes().unwrap();
+    let bytes = old.backup(T0).unwrap();
 
     let mut used = AllocatorState::new(LedgerConfig::root("global"));
     apply_quota(&mut used, QUOTA);
@@ -128,7 +128,7 @@ fn bytes_that_are_not_a_backup_are_refused_naming_why() {
     let good = {
         let mut old = AllocatorState::new(LedgerConfig::root("global"));
         apply_quota(&mut old, QUOTA);
-        old.backup(T0).unwrap().to_bytes().unwrap()
+        old.backup(T0).unwrap()
     };
     let mut other_version = good.clone();
     other_version[0] = 99;

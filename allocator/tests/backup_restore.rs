@@ -1,15 +1,18 @@
 //! Backup and restore on the release binaries: a root allocator serves an agent, `leasectl
 //! backup` copies its state while credit is leased out, the node is lost, and a new node of
-//! the same cluster is started from the file with `leasectl restore`. Policies and their
+//! the same cluster is started from the file with `leasectl restore`, then killed and
+//! started again from its snapshot. Policies and their
 //! versions, calendar-quota usage and the audit trail come back; what was leased before the
 //! backup is never granted again; a second restore is refused.
 
 mod process_support;
 
 use process_support::{
-    admitted, ctl_insecure, json, start_insecure_agent as start_agent, start_insecure_allocator,
+    admitted, ctl_insecure, insecure_node_config, json, start_insecure_agent as start_agent,
+    start_insecure_allocator, start_node, wait_until,
 };
 use std::path::Path;
+use std::time::Duration;
 
 /// 10 units a month, decided by the allocator for every request.
 const QUOTA: &str = "id: quota\ndimensions: [{name: tenant}]\nscope: global\n\
@@ -50,8 +53,13 @@ fn a_new_cluster_started_from_a_backup_keeps_policies_and_usage_and_never_mints_
     drop(agent);
     drop(old);
 
+    // The new node snapshots often, so the restored state is in a snapshot before it is
+    // killed and started again below.
     let new_dir = tempfile::tempdir().unwrap();
-    let (_new, server) = start_insecure_allocator(new_dir.path());
+    let raft = "{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 20}";
+    let (config, server) = insecure_node_config(new_dir.path(), raft);
+    let log = new_dir.path().join("node.log");
+    let new = start_node(&config, &server, &log);
     let restore = ["restore", "-f", file.to_str().unwrap(), "--reason", "drill"];
     let out = ctl_insecure(&server, &restore);
     assert!(out.status.success(), "{out:?}");
@@ -80,7 +88,7 @@ fn a_new_cluster_started_from_a_backup_keeps_policies_and_usage_and_never_mints_
     );
 
     // A new agent: the quota's usage came back, and the window's leased units stay spent.
-    let (_agent, port) = start_agent(new_dir.path(), &server, "gw-2");
+    let (agent, port) = start_agent(new_dir.path(), &server, "gw-2");
     assert_eq!(
         admitted(port, "quota", "acme", 10),
         7,
@@ -96,4 +104,30 @@ fn a_new_cluster_started_from_a_backup_keeps_policies_and_usage_and_never_mints_
     assert!(!again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("restore only into a new cluster"), "{err}");
+
+    // Killed once a snapshot covers everything committed, the node starts from that
+    // snapshot with the restored state: the quota stays spent, the policies stay.
+    drop(agent);
+    let status = |key: &str| {
+        json(&ctl_insecure(&server, &["cluster", "status"]))[key]
+            .as_u64()
+            .unwrap()
+    };
+    let committed = status("committed_index");
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let at = status("snapshot_index");
+        (at >= committed)
+            .then_some(())
+            .ok_or(format!("snapshot at {at}, committed {committed}"))
+    });
+    drop(new);
+    let _again = start_node(&config, &server, &log);
+    let versions = json(&ctl_insecure(&server, &["policy", "ls"]));
+    assert_eq!(versions.as_array().map(Vec::len), Some(2), "{versions}");
+    let (_agent, port) = start_agent(new_dir.path(), &server, "gw-3");
+    assert_eq!(
+        admitted(port, "quota", "acme", 3),
+        0,
+        "the month's 10 units were spent"
+    );
 }

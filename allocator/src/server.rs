@@ -13,7 +13,6 @@ use crate::state::AllocatorState;
 use crate::upstream::mirror::{run_mirror, MirrorConfig};
 use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
 use leasehold_client::RemoteGrantor;
-use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
@@ -22,11 +21,14 @@ use leasehold_proto::transport::{
     ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
 };
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::watch;
+
+mod signing_key;
+use signing_key::private_dir;
+pub use signing_key::signing_key;
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -41,47 +43,6 @@ pub enum ServerError {
     },
     #[error("raft node: {0}")]
     Node(String),
-}
-
-/// Creates `dir` (and its parents) readable by this user only: it holds the replicated
-/// state and the lease-signing key. An existing directory keeps its mode.
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-/// Loads the cluster's lease-signing key, creating it (mode 0600) on first start.
-pub fn signing_key(path: &Path) -> Result<LeaseSigner, ServerError> {
-    let err = |reason: String| ServerError::SigningKey {
-        path: path.display().to_string(),
-        reason,
-    };
-    // A PKCS#8 Ed25519 key is under a hundred bytes; anything far larger is not one.
-    match leasehold_common::read::read_capped(path, 64 * 1024) {
-        Ok(bytes) => LeaseSigner::from_pkcs8(&bytes).map_err(|e| err(e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new())
-                .map_err(|e| err(e.to_string()))?;
-            if let Some(dir) = path.parent() {
-                private_dir(dir).map_err(|e| err(e.to_string()))?;
-            }
-            write_private(path, signer.to_pkcs8()).map_err(|e| err(e.to_string()))?;
-            Ok(signer)
-        }
-        Err(e) => Err(err(e.to_string())),
-    }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    opts.open(path)?.write_all(bytes)
 }
 
 fn node_config(cfg: &AllocatorConfig) -> NodeConfig {

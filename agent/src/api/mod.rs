@@ -9,4 +9,5 @@ pub mod listen;
 pub mod metrics;
 pub mod rls;
 pub mod rls_headers;
+mod rls_override;
 pub mod tls_listen;

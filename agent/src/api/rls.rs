@@ -9,11 +9,15 @@
 //! while the request's 0 counts as 1. `duration_until_reset` is the whole seconds to the end
 //! of the rule's unit on UNIX time. An empty domain or descriptor list is an error.
 //!
+//! A descriptor's `limit` (Envoy's `RateLimitOverride`) in a loaded domain is the limit
+//! applied, whatever rule its entries match ([`super::rls_override`]).
+//!
 //! The domains are the engine's: a local file's, or the domain documents the allocator
 //! pushes, so a domain applied or changed with `leasectl` is answered without a restart.
 
 use super::rls_headers::{rate_limit_headers, HeaderNames};
-use crate::engine::{AdmitRequest, Dimension, Engine, Outcome};
+use super::rls_override::{over_limit_status, override_rule, positional_entries};
+use crate::engine::{AdmitRequest, Dimension, Engine, Outcome, OverrideRule};
 use leasehold_common::policy::envoy::{EnvoyLimit, EnvoyUnit, MatchedRule};
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -63,6 +67,8 @@ pub(super) struct Rule {
     pub(super) limit: Option<EnvoyLimit>,
     pub(super) unlimited: bool,
     pub(super) quota_mode: bool,
+    /// A limit override, counted in place of the matched rule.
+    pub(super) overridden: Option<OverrideRule>,
 }
 
 impl Rule {
@@ -72,10 +78,11 @@ impl Rule {
             limit: m.limit,
             unlimited: m.unlimited,
             quota_mode: m.quota_mode,
+            overridden: None,
         }
     }
 
-    fn current_limit(&self) -> Option<RateLimit> {
+    pub(super) fn current_limit(&self) -> Option<RateLimit> {
         self.limit.map(|l| RateLimit {
             name: self.name.clone().unwrap_or_default(),
             requests_per_unit: l.requests_per_unit,
@@ -84,7 +91,7 @@ impl Rule {
     }
 }
 
-fn unit(u: EnvoyUnit) -> Unit {
+pub(super) fn unit(u: EnvoyUnit) -> Unit {
     match u {
         EnvoyUnit::Second => Unit::Second,
         EnvoyUnit::Minute => Unit::Minute,
@@ -104,22 +111,24 @@ pub(super) fn seconds_to_reset(unit: EnvoyUnit, unix_s: u64) -> u64 {
 }
 
 /// The rule each descriptor matches, with those another matched rule replaces left out
-/// (an unlimited rule stays unlimited).
-fn matched_rules(engine: &Engine, r: &RateLimitRequest) -> Vec<Option<Rule>> {
+/// (an unlimited rule stays unlimited); a descriptor's limit override in place of its rule.
+/// An override that cannot be counted fails the request.
+fn matched_rules(engine: &Engine, r: &RateLimitRequest) -> Result<Vec<Option<Rule>>, Status> {
     let mut replaced: Vec<String> = Vec::new();
-    let mut rules: Vec<Option<Rule>> = r
-        .descriptors
-        .iter()
-        .map(|d| {
-            let entries = entries_of(d);
-            engine.with_envoy_rule(&r.domain, &entries, |m| {
-                m.map(|m| {
-                    replaced.extend(m.replaces.iter().cloned());
-                    Rule::of(m)
-                })
+    let mut rules: Vec<Option<Rule>> = Vec::with_capacity(r.descriptors.len());
+    for (i, d) in r.descriptors.iter().enumerate() {
+        if let Some(limit) = &d.limit {
+            rules.push(override_rule(engine, &r.domain, i, d, limit)?);
+            continue;
+        }
+        let entries = entries_of(d);
+        rules.push(engine.with_envoy_rule(&r.domain, &entries, |m| {
+            m.map(|m| {
+                replaced.extend(m.replaces.iter().cloned());
+                Rule::of(m)
             })
-        })
-        .collect();
+        }));
+    }
     if !replaced.is_empty() {
         for slot in &mut rules {
             let is_replaced = slot.as_ref().is_some_and(|rule| {
@@ -130,10 +139,10 @@ fn matched_rules(engine: &Engine, r: &RateLimitRequest) -> Vec<Option<Rule>> {
             }
         }
     }
-    rules
+    Ok(rules)
 }
 
-type Entries<'a> = SmallVec<[(&'a str, &'a str); ENTRIES_INLINE]>;
+pub(super) type Entries<'a> = SmallVec<[(&'a str, &'a str); ENTRIES_INLINE]>;
 
 fn entries_of(
     d: &leasehold_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
@@ -163,7 +172,7 @@ impl RateLimitService for RlsServer {
         }
         let now = self.clock.now();
         let unix_s = self.engine.unix_time(now).0 / 1_000_000_000;
-        let rules = matched_rules(&self.engine, &r);
+        let rules = matched_rules(&self.engine, &r)?;
         let request_hits = u64::from(r.hits_addend.max(1));
         let mut statuses = Vec::with_capacity(r.descriptors.len());
         for (d, rule) in r.descriptors.iter().zip(&rules) {
@@ -202,7 +211,15 @@ impl RlsServer {
         if rule.unlimited {
             return ok_status(u32::MAX);
         }
-        let dims = [Dimension::envoy(domain, entries)];
+        let positional;
+        let dims = match &rule.overridden {
+            Some(OverrideRule::Policy(id)) => {
+                positional = positional_entries(entries);
+                [Dimension::policy(id, &positional)]
+            }
+            Some(_) => return over_limit_status(rule, unix_s),
+            None => [Dimension::envoy(domain, entries)],
+        };
         let admit = AdmitRequest {
             hits,
             ..AdmitRequest::new(&dims)
@@ -220,12 +237,18 @@ impl RlsServer {
             code: if over { Code::OverLimit } else { Code::Ok } as i32,
             current_limit: rule.current_limit(),
             limit_remaining: remaining,
-            duration_until_reset: rule.limit.map(|l| prost_types::Duration {
-                seconds: i64::try_from(seconds_to_reset(l.unit, unix_s)).unwrap_or(i64::MAX),
-                nanos: 0,
-            }),
+            duration_until_reset: rule.duration_until_reset(unix_s),
             quota: None,
         }
+    }
+}
+
+impl Rule {
+    pub(super) fn duration_until_reset(&self, unix_s: u64) -> Option<prost_types::Duration> {
+        self.limit.map(|l| prost_types::Duration {
+            seconds: i64::try_from(seconds_to_reset(l.unit, unix_s)).unwrap_or(i64::MAX),
+            nanos: 0,
+        })
     }
 }
 

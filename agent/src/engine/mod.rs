@@ -60,6 +60,7 @@ mod fastkey;
 mod forget;
 mod leased;
 mod local;
+mod overrides;
 mod policy;
 mod protect;
 mod readlock;
@@ -107,6 +108,7 @@ pub use decision::{
 };
 pub use exact::{ExactAsk, ExactVerdict, ExactVerdicts};
 pub use local::LocalConfigError;
+pub use overrides::{OverrideError, OverrideRule, ENVOY_OVERRIDES_MAX};
 pub use policy::Emergency;
 pub use protect::SelfProtection;
 pub use request::{AdmitRequest, Dimension, Target};

@@ -133,6 +133,8 @@ pub(crate) struct RuleSet {
     pub(crate) source: RuleSource,
     /// Whether any policy is decided by the allocator (`enforcement: exact`).
     pub(crate) has_exact: bool,
+    /// Limit overrides seen so far, each a policy of this process.
+    pub(super) overrides: Vec<Policy>,
 }
 
 impl RuleSet {
@@ -219,6 +221,7 @@ impl RuleSet {
         if let Some(envoy) = &source.envoy {
             set.add_local_envoy(envoy, old, CompileAs::envoy(options))?;
         }
+        set.keep_overrides(old, options)?;
         set.source = source;
         Ok(set)
     }

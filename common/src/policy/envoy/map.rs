@@ -125,8 +125,22 @@ fn map_rule(
     if let Some(name) = &rule.name {
         description.push_str(&format!(" ({name})"));
     }
+    let id = policy_id(&rule.domain, path, &rule.rule_id);
+    let shadow = rule.shadow_mode || template.shadow;
+    window_policy(id, description, dimensions, limit, shadow, template)
+}
+
+/// A fixed window of `limit` keyed on `dimensions`, as every limited rule becomes.
+pub(super) fn window_policy(
+    id: String,
+    description: String,
+    dimensions: Vec<Dimension>,
+    limit: EnvoyLimit,
+    shadow: bool,
+    template: &RuleTemplate,
+) -> Result<Mapped, MapError> {
     let policy = Policy {
-        id: policy_id(&rule.domain, path, &rule.rule_id),
+        id,
         description,
         dimensions,
         key: Vec::new(),
@@ -142,11 +156,7 @@ fn map_rule(
         scope: template.scope,
         enforcement: Default::default(),
         failure: template.failure.clone(),
-        mode: if rule.shadow_mode || template.shadow {
-            Mode::Shadow
-        } else {
-            Mode::Enforce
-        },
+        mode: if shadow { Mode::Shadow } else { Mode::Enforce },
         effective_at: None,
         kill_switch: template.kill_switch,
         lease: template.lease.clone(),
@@ -155,6 +165,18 @@ fn map_rule(
     };
     policy.validate().map_err(MapError::Invalid)?;
     Ok(Mapped::Policy(Box::new(policy)))
+}
+
+/// A dimension of a rule's key: required, its value taken as given.
+pub(super) fn verbatim_dimension(name: String) -> Dimension {
+    Dimension {
+        name,
+        required: true,
+        lowercase: false,
+        max_len: DIMENSION_VALUE_LEN_LIMIT,
+        overflow: false,
+        values: Vec::new(),
+    }
 }
 
 fn dimensions(path: &[Segment]) -> Result<Vec<Dimension>, MapError> {
@@ -175,14 +197,7 @@ fn dimensions(path: &[Segment]) -> Result<Vec<Dimension>, MapError> {
         if dims.iter().any(|d| d.name == key) {
             return Err(MapError::RepeatedKey { key });
         }
-        dims.push(Dimension {
-            name: key,
-            required: true,
-            lowercase: false,
-            max_len: DIMENSION_VALUE_LEN_LIMIT,
-            overflow: false,
-            values: Vec::new(),
-        });
+        dims.push(verbatim_dimension(key));
     }
     if dims.len() > DIMENSIONS_MAX {
         return Err(MapError::TooManyDimensions {

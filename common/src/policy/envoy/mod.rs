@@ -56,6 +56,7 @@
 pub mod document;
 mod load;
 mod map;
+mod overrides;
 mod tree;
 
 pub use document::{
@@ -63,6 +64,7 @@ pub use document::{
     RATELIMIT_LEN_MAX,
 };
 pub use map::{MapError, Mapped, MappedRule, RuleTemplate};
+pub use overrides::{override_policy, override_policy_id, OVERRIDE_DIMENSIONS};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -306,6 +308,11 @@ impl EnvoyConfig {
     /// Allocates nothing.
     pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&MatchedRule> {
         self.domains.get(domain)?.lookup(entries)
+    }
+
+    /// Whether `domain` is loaded.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
     /// Loaded domain names, sorted.

@@ -269,3 +269,100 @@ impl SavedState {
         (limiter.rest_at(at) > at.mono).then_some(limiter)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter_store::codec;
+    use leasehold_common::algo::{CalendarPeriod, CalendarQuota};
+    use proptest::prelude::*;
+
+    const SEC: u64 = 1_000_000_000;
+    /// 2026-03-01T23:59:50Z: the day's quota ends within the charges below.
+    const UNIX_START_NS: u64 = 1_772_409_590 * SEC;
+
+    fn spec(kind: usize) -> LocalSpec {
+        let rate = Rate::new(5, SEC).unwrap();
+        match kind {
+            0 => LocalSpec::FixedWindow {
+                limit: 5,
+                window_ns: SEC,
+            },
+            1 => LocalSpec::CountingWindow {
+                limit: 5,
+                window_ns: SEC,
+            },
+            2 => LocalSpec::SlidingWindow {
+                limit: 5,
+                window_ns: SEC,
+            },
+            3 => LocalSpec::Calendar {
+                prototype: CalendarQuota::new(5, CalendarPeriod::Day, "UTC").unwrap(),
+            },
+            4 => LocalSpec::TokenBucket { rate, burst: 5 },
+            _ => LocalSpec::Gcra { rate, burst: 5 },
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1_000))]
+        /// A limiter saved, written, read back and put into a process whose monotonic
+        /// clock started elsewhere decides every later request as the original would have.
+        #[test]
+        fn a_restored_limiter_decides_as_the_original(
+            kind in 0usize..6,
+            charges in prop::collection::vec((0u64..4, 0u64..SEC / 2), 0..12),
+            gap_ns in 0u64..3 * SEC,
+            mono_before_ns in 0u64..1_000 * SEC,
+            mono_after_ns in 0u64..10 * SEC,
+            later in prop::collection::vec((0u64..4, 0u64..SEC / 2), 1..12),
+        ) {
+            let spec = spec(kind);
+            let before = UNIX_START_NS - mono_before_ns;
+            let mut mono = mono_before_ns;
+            let mut original = spec.build(Nanos(mono));
+            for (cost, dt_ns) in charges {
+                mono += dt_ns;
+                original.try_take(cost, LocalTime::from_unix(Nanos(mono), before));
+            }
+            let saved = original.saved(LocalTime::from_unix(Nanos(mono), before));
+            let read = saved.map(|s| codec::decode(&codec::encode(&s)).unwrap());
+            // The restart: UNIX time moved on by the gap, the monotonic clock started over.
+            let unix_ns = before + mono + gap_ns;
+            let after = unix_ns - mono_after_ns;
+            let mut mono_after = mono_after_ns;
+            let at = LocalTime::from_unix(Nanos(mono_after), after);
+            let mut restored = read
+                .and_then(|s| s.restore(&spec, at))
+                .unwrap_or_else(|| spec.build(Nanos(mono_after)));
+            mono += gap_ns;
+            for (cost, dt_ns) in later {
+                mono += dt_ns;
+                mono_after += dt_ns;
+                let want = original.try_take(cost, LocalTime::from_unix(Nanos(mono), before));
+                let got = restored.try_take(cost, LocalTime::from_unix(Nanos(mono_after), after));
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    /// A state is not put into a policy of another algorithm.
+    #[test]
+    fn no_state_goes_into_another_algorithm() {
+        let at = LocalTime::from_unix(Nanos(SEC), UNIX_START_NS);
+        for kind in 0..6 {
+            let mut l = spec(kind).build(Nanos(SEC));
+            l.try_take(3, at);
+            let s = l.saved(at).unwrap();
+            for other in 0..6 {
+                // A fixed window's count fits a counting one and back: one rule either way.
+                let same = kind == other || (kind < 2 && other < 2);
+                assert_eq!(
+                    s.restore(&spec(other), at).is_some(),
+                    same,
+                    "{kind} {other}"
+                );
+            }
+        }
+    }
+}

@@ -7,6 +7,6 @@ pub mod credit;
 pub mod engine;
 pub mod exact;
 pub mod lease;
+pub mod limiter_store;
 pub mod reload;
 mod sync;
-pub mod window_store;

@@ -22,7 +22,7 @@ use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, EngineLimits, RuleSource};
 use leasehold_agent::exact::ExactGate;
 use leasehold_agent::lease::{LeaseManager, ManagerConfig, SledStore};
-use leasehold_agent::window_store::{self, WindowStore, WINDOWS_TREE};
+use leasehold_agent::limiter_store::{self, LimiterStore, LIMITERS_TREE, WINDOWS_TREE};
 use leasehold_client::{Grantor, LocalGrantor, RemoteGrantor};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::{Ledger, LedgerConfig};
@@ -110,7 +110,8 @@ struct Args {
     /// Serve gRPC in plaintext on an address other hosts can reach.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     listen_insecure: Option<bool>,
-    /// Lease state file (a sled database): a restarted agent never spends credit twice.
+    /// State file (a sled database): a restarted agent never spends credit twice, and a
+    /// standalone one keeps its local limiters' state.
     #[arg(long)]
     state_file: Option<PathBuf>,
     /// Public key (hex) the allocators sign leases with (repeatable); leases without a
@@ -314,7 +315,7 @@ async fn run() -> Result<()> {
         cfg.holder_id.clone(),
         cfg.decide_timeout_ms,
     ));
-    // One handle on the state file: the leases' marks and a standalone agent's windows.
+    // One handle on the state file: the leases' marks and a standalone agent's limiters.
     let store = match &cfg.state_file {
         Some(path) => Some(
             SledStore::open(path, manager_cfg.leases_max).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -323,21 +324,22 @@ async fn run() -> Result<()> {
     };
     let mut manager = LeaseManager::new(manager_cfg, grantor, clock.clone(), queue)
         .with_engine(Arc::clone(&engine));
-    let (windows_tx, windows_rx) = tokio::sync::watch::channel(false);
-    let mut windows_task = None;
+    let (limiters_tx, limiters_rx) = tokio::sync::watch::channel(false);
+    let mut limiters_task = None;
     if let Some(store) = store {
         if cfg.standalone {
-            let windows = WindowStore::new(store.tree(WINDOWS_TREE).map_err(anyhow::Error::msg)?);
-            let restored = window_store::restore(&engine, &windows, &clock)?;
+            let tree = |name| store.tree(name).map_err(anyhow::Error::msg);
+            let limiters = LimiterStore::new(tree(LIMITERS_TREE)?, tree(WINDOWS_TREE)?);
+            let restored = limiter_store::restore(&engine, &limiters, &clock)?;
             tracing::info!(
-                windows = restored,
-                "window counts restored from the state file"
+                limiters = restored,
+                "limiter states restored from the state file"
             );
-            windows_task = Some(tokio::spawn(window_store::run(
+            limiters_task = Some(tokio::spawn(limiter_store::run(
                 Arc::clone(&engine),
-                windows,
+                limiters,
                 clock.clone(),
-                windows_rx,
+                limiters_rx,
             )));
         }
         manager = manager.with_store(Arc::new(store));
@@ -401,8 +403,8 @@ async fn run() -> Result<()> {
     let _ = grpc_task.await;
     let _ = http_task.await;
     // Saved once nothing is served any more, so that no counted hit is left out.
-    let _ = windows_tx.send(true);
-    if let Some(task) = windows_task {
+    let _ = limiters_tx.send(true);
+    if let Some(task) = limiters_task {
         let _ = task.await;
     }
     let settled = manager_task.await.context("lease manager")?;

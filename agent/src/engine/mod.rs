@@ -67,14 +67,15 @@ mod readlock;
 mod request;
 mod resolve;
 mod results;
+mod resume;
 mod rules;
+mod saved;
 mod spin;
 mod stats;
 mod stripes;
 mod table;
 mod tcache;
 mod undo;
-mod windows;
 
 /// The hand-written synchronisation, reachable by the loom models in `tests/loom_*.rs`
 /// (built only with `--cfg leasehold_loom`; see `crate::sync`).
@@ -114,8 +115,8 @@ pub use protect::SelfProtection;
 pub use request::{AdmitRequest, Dimension, Target};
 pub use results::Results;
 pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
+pub use saved::{SavedLimiter, SavedState};
 pub use stats::{EngineStats, PolicyCountersSnapshot, PolicyStats};
-pub use windows::WindowCount;
 
 use arc_swap::ArcSwap;
 use leasehold_common::policy::envoy::{EnvoyConfig, MatchedRule};

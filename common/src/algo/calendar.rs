@@ -55,6 +55,26 @@ impl CalendarQuota {
         })
     }
 
+    /// This quota with `used` units charged in `period` (`[start, end)`) as of `now`, if
+    /// `period` is the one holding `now` in this quota's schedule: state carried across a
+    /// restart. `None` when the period has ended or the schedule puts it elsewhere (another
+    /// period length or time zone), where the quota starts afresh. Never more than the
+    /// limit is counted as used.
+    pub fn resumed(
+        mut self,
+        used: u64,
+        period: (Timestamp, Timestamp),
+        now: Timestamp,
+    ) -> Option<CalendarQuota> {
+        if self.schedule.bounds(now).ok()? != period {
+            return None;
+        }
+        self.current = Some(period);
+        self.latest = Some(now);
+        self.used = used.min(self.limit);
+        Some(self)
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -175,6 +195,31 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn resumed_only_in_the_same_period_of_the_same_schedule() {
+        let mut q = CalendarQuota::new(3, CalendarPeriod::Hour, "UTC").unwrap();
+        assert!(q.try_take(2, ts("2024-05-01T10:15:00Z")).is_admit());
+        let period = q.current_period().unwrap();
+        let fresh = CalendarQuota::new(3, CalendarPeriod::Hour, "UTC").unwrap();
+        let mut r = fresh
+            .clone()
+            .resumed(2, period, ts("2024-05-01T10:30:00Z"))
+            .unwrap();
+        assert_eq!(r.used(), 2);
+        assert!(r.try_take(1, ts("2024-05-01T10:31:00Z")).is_admit());
+        assert!(!r.try_take(1, ts("2024-05-01T10:32:00Z")).is_admit());
+        assert!(fresh
+            .clone()
+            .resumed(2, period, ts("2024-05-01T11:00:00Z"))
+            .is_none());
+        let day = CalendarQuota::new(3, CalendarPeriod::Day, "UTC").unwrap();
+        assert!(day.resumed(2, period, ts("2024-05-01T10:30:00Z")).is_none());
+        let capped = fresh
+            .resumed(9, period, ts("2024-05-01T10:30:00Z"))
+            .unwrap();
+        assert_eq!(capped.used(), 3, "never more than the limit");
     }
 
     #[test]

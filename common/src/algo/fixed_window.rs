@@ -126,7 +126,8 @@ impl FixedWindow {
 impl Limiter for FixedWindow {
     fn try_take(&mut self, cost: u64, now: Nanos) -> Decision {
         let now = self.advance(now);
-        let remaining = self.limit - self.count;
+        // A count carried over from a counting window or a larger limit may exceed it.
+        let remaining = self.limit.saturating_sub(self.count);
         // The next window starts from zero, so a cost within the limit fits there.
         let next = u128::from(self.index) + 1;
         let d = window::decide(self.limit, remaining, cost, || {
@@ -277,6 +278,19 @@ mod tests {
             Decision::Admit { remaining: 0 },
             "a full window is not over"
         );
+    }
+
+    #[test]
+    fn a_count_above_the_limit_refuses_until_the_window_ends() {
+        let mut f = FixedWindow::with_count(3, W, Nanos(10), 5).unwrap();
+        assert_eq!(
+            f.try_take(1, Nanos(10)),
+            Decision::Deny {
+                remaining: 0,
+                retry_after_ns: W - 10
+            }
+        );
+        assert!(f.try_take(3, Nanos(W)).is_admit());
     }
 
     #[test]

@@ -89,6 +89,27 @@ impl Gcra {
         Ok(g)
     }
 
+    /// A limiter whose theoretical arrival time is `tat_ns` plus `tat_frac` over the rate's
+    /// units at `now`: state carried across a restart. The TAT is clamped to that of a
+    /// drained limiter (`now + B·I`), never later, and to `now`, never earlier (a full one).
+    pub fn with_tat(
+        rate: Rate,
+        burst: u64,
+        tat_ns: u64,
+        tat_frac: u64,
+        now: Nanos,
+    ) -> Result<Gcra, GcraError> {
+        let mut g = Self::full(rate, burst, now)?;
+        let tat = (u128::from(tat_ns) * g.units())
+            .saturating_add(u128::from(tat_frac.min(rate.units() - 1)))
+            .min(g.scaled(now).saturating_add(g.burst_scaled()))
+            .max(g.scaled(now));
+        if !g.store_tat(tat) {
+            g.tat_ns = u64::MAX;
+        }
+        Ok(g)
+    }
+
     fn validate(rate: Rate, burst: u64) -> Result<(), GcraError> {
         if burst == 0 {
             return Err(GcraError::ZeroBurst);
@@ -122,6 +143,12 @@ impl Gcra {
     #[inline]
     pub fn tat(&self) -> Nanos {
         Nanos(self.tat_ns.saturating_add(u64::from(self.tat_frac > 0)))
+    }
+
+    /// The exact theoretical arrival time: whole nanoseconds and a remainder over the
+    /// rate's units.
+    pub fn tat_exact(&self) -> (u64, u64) {
+        (self.tat_ns, self.tat_frac)
     }
 
     /// Whole units that could be admitted at `now` (clamped to the latest time seen),
@@ -252,6 +279,33 @@ mod tests {
 
     fn rate(units: u64, period_ns: u64) -> Rate {
         Rate::new(units, period_ns).unwrap()
+    }
+
+    #[test]
+    fn with_tat_resumes_the_schedule_within_bounds() {
+        let r = rate(3, 1_000_000_000);
+        let mut g = Gcra::full(r, 2, Nanos(0)).unwrap();
+        assert!(g.try_take(1, Nanos(0)).is_admit());
+        let (ns, frac) = g.tat_exact();
+        assert_eq!(
+            (ns, frac),
+            (333_333_333, 1),
+            "one interval of a third of a second"
+        );
+        let mut resumed = Gcra::with_tat(r, 2, ns, frac, Nanos(0)).unwrap();
+        assert_eq!(resumed.tat_exact(), g.tat_exact());
+        assert_eq!(
+            resumed.try_take(2, Nanos(0)),
+            g.clone().try_take(2, Nanos(0))
+        );
+        let drained = Gcra::with_tat(r, 2, u64::MAX, 0, Nanos(5)).unwrap();
+        assert_eq!(
+            drained,
+            Gcra::empty(r, 2, Nanos(5)).unwrap(),
+            "at most drained"
+        );
+        let past = Gcra::with_tat(r, 2, 1, 0, Nanos(5)).unwrap();
+        assert_eq!(past, Gcra::full(r, 2, Nanos(5)).unwrap(), "at least full");
     }
 
     #[test]

@@ -59,6 +59,27 @@ impl SlidingWindow {
         })
     }
 
+    /// A counter whose latest time seen is `last`, with `current` units charged in the
+    /// window holding it and `previous` in the one before: state carried across a restart.
+    pub fn with_counts(
+        limit: u64,
+        window_ns: u64,
+        last: Nanos,
+        current: u64,
+        previous: u64,
+    ) -> Result<SlidingWindow, WindowError> {
+        Ok(SlidingWindow {
+            current,
+            previous,
+            ..SlidingWindow::new(limit, window_ns, last)?
+        })
+    }
+
+    /// Units charged in the window holding the latest time seen and in the one before.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.current, self.previous)
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -247,6 +268,18 @@ mod tests {
                 retry_after_ns: u64::MAX
             }
         );
+    }
+
+    #[test]
+    fn with_counts_resumes_the_estimate() {
+        let mut s = SlidingWindow::new(10, W, Nanos(0)).unwrap();
+        assert!(s.try_take(6, Nanos(900)).is_admit());
+        assert!(s.try_take(3, Nanos(1_200)).is_admit());
+        let (current, previous) = s.counts();
+        assert_eq!((current, previous), (3, 6));
+        let resumed = SlidingWindow::with_counts(10, W, s.last(), current, previous).unwrap();
+        assert_eq!(resumed, s);
+        assert_eq!(resumed.used(Nanos(1_500)), s.used(Nanos(1_500)));
     }
 
     #[test]

@@ -51,6 +51,23 @@ impl TokenBucket {
         }
     }
 
+    /// A bucket holding `tokens` and a remainder `frac` (over the rate's period) at `now`:
+    /// state carried across a restart. Never more than the burst, and a remainder that is
+    /// not below the period is dropped (it would mint a unit nobody earned).
+    pub fn with_credit(rate: Rate, burst: u64, tokens: u64, frac: u64, now: Nanos) -> Self {
+        let tokens = tokens.min(burst);
+        let frac = if tokens < burst && frac < rate.period_ns() {
+            frac
+        } else {
+            0
+        };
+        TokenBucket {
+            tokens,
+            frac,
+            ..TokenBucket::empty(rate, burst, now)
+        }
+    }
+
     pub fn rate(&self) -> Rate {
         self.rate
     }
@@ -62,6 +79,11 @@ impl TokenBucket {
     /// Whole tokens as of the last refill.
     pub fn tokens(&self) -> u64 {
         self.tokens
+    }
+
+    /// Credit below one unit as of the last refill: a numerator over the rate's period.
+    pub fn frac(&self) -> u64 {
+        self.frac
     }
 
     /// Time of the last refill.
@@ -246,6 +268,23 @@ mod tests {
         assert_eq!(b.tokens(), 3);
         b.refund(9, later);
         assert_eq!(b.tokens(), 5, "refund limited to what was charged");
+    }
+
+    #[test]
+    fn with_credit_keeps_what_fits_and_refills_from_it() {
+        let mut b = TokenBucket::with_credit(per_sec(10), 5, 2, 500_000_000, Nanos(7));
+        assert_eq!((b.tokens(), b.frac(), b.last()), (2, 500_000_000, Nanos(7)));
+        // Half a unit held: one more after 50 ms, not 100 ms.
+        b.refill(Nanos(7 + 50_000_000));
+        assert_eq!(b.tokens(), 3);
+        let over = TokenBucket::with_credit(per_sec(10), 5, 9, 1, Nanos(0));
+        assert_eq!(
+            (over.tokens(), over.frac()),
+            (5, 0),
+            "never above the burst"
+        );
+        let bad = TokenBucket::with_credit(per_sec(10), 5, 1, 1_000_000_000, Nanos(0));
+        assert_eq!(bad.frac(), 0, "a remainder of a whole unit is dropped");
     }
 
     #[test]

@@ -104,7 +104,8 @@ impl Engine {
     }
 
     /// The first lease is on its way: wait up to `acquire_wait_max_ns`, then treat the
-    /// grantor as unreachable.
+    /// grantor as unreachable, unless it is answering the lease manager (the key's request
+    /// is still queued, locally or at the grantor): then the key keeps waiting.
     fn awaiting(
         &self,
         p: &CompiledPolicy,
@@ -127,6 +128,11 @@ impl Engine {
         let waited = ctx.now.0.saturating_sub(since);
         match self.limits.acquire_wait_max_ns.checked_sub(waited) {
             Some(left) if left > 0 => Step::deny(DenyReason::AwaitingLease, slot.remaining(), left),
+            _ if self.grantor_answering(ctx.now) => Step::deny(
+                DenyReason::AwaitingLease,
+                slot.remaining(),
+                self.limits.acquire_wait_max_ns,
+            ),
             _ => self.on_failure(p, entry, slot.remaining(), units, ctx),
         }
     }

@@ -131,6 +131,11 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use table::KeyTable;
 
+/// A grantor that answered the lease manager within this long counts as reachable: a key
+/// waiting longer than `acquire_wait_max_ns` for its first lease then waits on (its request
+/// is queued behind others, or the grantor is slow) rather than being failed as unreachable.
+pub const GRANTOR_ANSWERED_WITHIN_NS: u64 = 2_000_000_000;
+
 /// The in-process admission engine. Share it behind an `Arc`; every method takes `&self`.
 pub struct Engine {
     rules: ArcSwap<RuleSet>,
@@ -151,6 +156,9 @@ pub struct Engine {
     unix_offset: epoch::UnixOffset,
     acquire_tx: SyncSender<AcquireRequest>,
     acquire_rx: Mutex<Option<AcquireReceiver>>,
+    /// When the lease manager last had an answer from the grantor (monotonic ns, 0: none
+    /// yet, or its last call found the grantor unreachable).
+    grantor_answered_ns: AtomicU64,
     counters: EngineCounters,
 }
 
@@ -193,6 +201,7 @@ impl EngineBuilder {
             wall_clock: self.wall_clock,
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
+            grantor_answered_ns: AtomicU64::new(0),
             counters: EngineCounters::new(self.start),
         })
     }
@@ -352,6 +361,28 @@ impl Engine {
     /// The receiving end of the first-lease queue, for the lease manager. Given out once.
     pub fn take_acquire_queue(&self) -> Option<AcquireReceiver> {
         self.acquire_rx.lock().take()
+    }
+
+    /// The lease manager had an answer from the grantor at `now` (any answer: a grant, a
+    /// denial, a refusal). A first lease awaited past `acquire_wait_max_ns` while the
+    /// grantor answers is still awaited, not taken for an unreachable grantor.
+    pub fn note_grantor_answered(&self, now: Nanos) {
+        self.grantor_answered_ns
+            .fetch_max(now.0.max(1), Ordering::Relaxed);
+    }
+
+    /// The lease manager could not reach the grantor: keys past their wait for a first
+    /// lease get their policy's failure behaviour until it answers again.
+    pub fn note_grantor_unreachable(&self) {
+        self.grantor_answered_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the grantor answered within [`GRANTOR_ANSWERED_WITHIN_NS`] before `now`.
+    pub(crate) fn grantor_answering(&self, now: Nanos) -> bool {
+        match self.grantor_answered_ns.load(Ordering::Relaxed) {
+            0 => false,
+            at => now.0.saturating_sub(at) <= GRANTOR_ANSWERED_WITHIN_NS,
+        }
     }
 
     /// Drops the keys that may be forgotten at `now` (local limits at rest, leased and

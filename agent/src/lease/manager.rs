@@ -24,6 +24,7 @@
 //! **Signatures** (`ManagerConfig::verifier`). With the grantor's public keys configured, a
 //! lease (or a new version of one) whose signature does not verify is never spent.
 
+use super::bounded::bounded;
 use super::marks::MARK_UNBOUNDED;
 use super::state::{LeaseStore, StateError};
 use super::state_sled::SledStore;
@@ -61,6 +62,20 @@ pub struct ManagerConfig {
     /// held credit without waiting for the request's own timeout.
     pub report_unanswered_ms: u64,
     pub leases_max: usize,
+    /// Most first leases asked for per second. Keys held already are renewed first and
+    /// apart from these, so a spray of new keys waits here instead of starving them.
+    pub acquire_rate_max_per_s: u64,
+    /// Most first-lease calls to the grantor at once.
+    pub acquire_in_flight_max: usize,
+    /// Most reports, renewals and releases of held leases to the grantor at once.
+    pub renew_in_flight_max: usize,
+    /// Most calls per round for held leases nobody used since their last report (their
+    /// renewals and releases); the rest wait for the next round. Leases in use are all
+    /// served every round.
+    pub quiet_calls_per_tick_max: usize,
+    /// Most keys waiting here for a first lease (or to ask again); past it the keys asked
+    /// for only once are put back to ask again on their next request, newest first.
+    pub acquire_waiting_max: usize,
     /// With a state file: the smallest step by which a lease's durable mark is raised
     /// (larger under higher demand), in units.
     pub mark_chunk_min: u64,
@@ -89,6 +104,11 @@ impl ManagerConfig {
             retry_ms: 250,
             report_unanswered_ms: 1_000,
             leases_max: 100_000,
+            acquire_rate_max_per_s: 2_000,
+            acquire_in_flight_max: 16,
+            renew_in_flight_max: 64,
+            quiet_calls_per_tick_max: 64,
+            acquire_waiting_max: 16_384,
             mark_chunk_min: 64,
             watch_silence_max_ms: 15_000,
             watch_retry_ms: 1_000,
@@ -122,6 +142,8 @@ pub struct ManagerCounters {
     pub bad_signatures: u64,
     /// Leases handed back because the engine dropped their key.
     pub evicted_released: u64,
+    /// Keys put back to ask again because `acquire_waiting_max` keys were waiting.
+    pub acquires_shed: u64,
 }
 
 pub(super) type HeldKey = (Arc<str>, Box<str>);
@@ -153,6 +175,8 @@ pub(super) struct Held {
     /// The grantor last had no more credit to add: running low asks again only from then.
     pub(super) ask_again_at: Nanos,
     pub(super) priority: u8,
+    /// Demand the last report told the grantor, in units per second.
+    pub(super) reported_demand: u64,
 }
 
 impl Held {
@@ -173,7 +197,12 @@ pub struct LeaseManager {
     pub(super) clock: Arc<dyn Clock>,
     queue: AcquireReceiver,
     pub(super) held: BTreeMap<HeldKey, Held>,
+    /// Keys waiting for a first lease, each with the time it may be asked for.
     waiting: Vec<(AcquireRequest, Nanos)>,
+    /// First leases that may be asked for now (`acquire_rate_max_per_s`), and when the
+    /// allowance was last topped up.
+    acquire_allowance: f64,
+    acquire_allowance_at: Nanos,
     pub(super) next_request: u64,
     pub(super) store: Option<Arc<dyn LeaseStore>>,
     /// End of the request ids reserved on disk (unbounded without a store).
@@ -209,6 +238,8 @@ impl LeaseManager {
             queue,
             held: BTreeMap::new(),
             waiting: Vec::new(),
+            acquire_allowance: 0.0,
+            acquire_allowance_at: Nanos::ZERO,
             next_request: request_ids_start(),
             store: None,
             request_ids_end: u64::MAX,
@@ -291,13 +322,13 @@ impl LeaseManager {
         self.next_request
     }
 
-    /// One round: new keys, retries, renewals, idle releases, then the durable marks and
-    /// the deposits they allow.
+    /// One round: renewals, reports and releases of held leases, then new keys and
+    /// retries, then the durable marks and the deposits they allow. Held leases go first
+    /// and in their own lane (`renew_in_flight_max`): first leases are limited in rate
+    /// and number at once, so that a spray of new keys never delays the keys in use.
     pub async fn step(&mut self) {
         let now = self.clock.now();
-        while let Ok(req) = self.queue.try_recv() {
-            self.waiting.push((req, now));
-        }
+        self.take_requests(now);
         // Every call below takes at most this many ids: per waiting key an acquire, the
         // release of a lease its key held before the engine dropped it and the release of a
         // refused lease; per held lease a report plus the release and restart of a
@@ -315,35 +346,86 @@ impl LeaseManager {
             return;
         }
         self.retry_orphans().await;
-        let due: Vec<(AcquireRequest, Nanos)> = std::mem::take(&mut self.waiting);
-        for (req, at) in due {
-            if at > now {
-                self.waiting.push((req, at));
-            } else if self.held.len() < self.cfg.leases_max {
-                self.acquire(req).await;
-            }
-        }
-        let keys: Vec<HeldKey> = self.held.keys().cloned().collect();
-        for k in keys {
-            self.maintain(k, now).await;
-        }
+        self.maintain_all(now).await;
+        self.acquire_due(now).await;
         self.top_up(now).await;
     }
 
-    async fn acquire(&mut self, req: AcquireRequest) {
-        // A new slot for a key still held: the engine dropped the old one and the key came
-        // back. The old lease can no longer be spent through the engine; settle it first.
-        let k = (Arc::clone(&req.policy_id), req.key.clone());
-        if let Some(old) = self.held.get(&k) {
-            if Arc::ptr_eq(&old.slot, &req.slot) {
-                return;
-            }
-            let old = self.held.remove(&k).expect("present");
-            self.counters.evicted_released += 1;
-            self.release(old).await;
+    /// Takes the engine's new requests. Past `acquire_waiting_max` waiting keys, those
+    /// asked for only once go back to ask again on their next request, the newest first:
+    /// a key asked for again while it waits is someone's traffic, a spray asks once.
+    fn take_requests(&mut self, now: Nanos) {
+        while let Ok(req) = self.queue.try_recv() {
+            self.waiting.push((req, now));
         }
+        let max = self.cfg.acquire_waiting_max.max(1);
+        if self.waiting.len() <= max {
+            return;
+        }
+        self.waiting
+            .sort_by_cached_key(|(req, at)| (req.slot.offered() <= 1, *at));
+        for (req, _) in self.waiting.drain(max..) {
+            req.slot.set_state(SlotState::Idle);
+            self.counters.acquires_shed += 1;
+        }
+    }
+
+    /// Asks for the first leases that are due, as many as the rate allows, keys asked for
+    /// more than once first, then the longest waiting.
+    async fn acquire_due(&mut self, now: Nanos) {
+        let rate = self.cfg.acquire_rate_max_per_s.max(1) as f64;
+        let elapsed_s = now.saturating_since(self.acquire_allowance_at) as f64 / 1e9;
+        self.acquire_allowance_at = now;
+        // At most a tenth of a second's worth at once.
+        let burst = (rate / 10.0).max(1.0);
+        self.acquire_allowance = (self.acquire_allowance + elapsed_s * rate).min(burst);
+        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|(_, at)| *at <= now);
+        self.waiting = later;
+        due.sort_by_cached_key(|(req, at)| (req.slot.offered() <= 1, *at));
+        let room = self.cfg.leases_max.saturating_sub(self.held.len());
+        let take = (self.acquire_allowance as usize).min(room);
+        let mut asking = std::collections::BTreeSet::new();
+        let mut calls = Vec::new();
+        let mut settle = Vec::new();
+        for (req, at) in due {
+            let k: HeldKey = (Arc::clone(&req.policy_id), req.key.clone());
+            if calls.len() >= take || asking.contains(&k) {
+                self.waiting.push((req, at));
+                continue;
+            }
+            // A new slot for a key still held: the engine dropped the old one and the key
+            // came back. The old lease can no longer be spent through the engine; settle it
+            // first.
+            if let Some(old) = self.held.get(&k) {
+                if Arc::ptr_eq(&old.slot, &req.slot) {
+                    continue;
+                }
+                settle.push(self.held.remove(&k).expect("present"));
+                self.counters.evicted_released += 1;
+            }
+            asking.insert(k);
+            let r = self.acquire_request(&req);
+            calls.push((req, r));
+        }
+        self.acquire_allowance -= calls.len() as f64;
+        self.release_all_of(settle).await;
         let sent_at = self.clock.now();
-        let r = pb::AcquireRequest {
+        let grantor = Arc::clone(&self.grantor);
+        let answers = bounded(calls, self.cfg.acquire_in_flight_max, |(req, r)| {
+            let grantor = &grantor;
+            async move { (req, grantor.acquire(r).await) }
+        })
+        .await;
+        for (req, answer) in answers {
+            self.acquired(req, answer, sent_at).await;
+        }
+    }
+
+    fn acquire_request(&mut self, req: &AcquireRequest) -> pb::AcquireRequest {
+        self.counters.acquires += 1;
+        pb::AcquireRequest {
             holder_id: self.cfg.holder_id.clone(),
             policy_id: req.policy_id.to_string(),
             key: req.key.to_string(),
@@ -352,10 +434,27 @@ impl LeaseManager {
             request_id: self.request_id(),
             priority: u32::from(req.priority),
             known_policy_version: req.policy_version,
-        };
-        self.counters.acquires += 1;
+        }
+    }
+
+    /// Tells the engine whether the grantor answers (see `Engine::grantor_answering`).
+    pub(super) fn note_answer<T>(&self, answer: &Result<T, GrantorError>) {
+        let Some(engine) = &self.engine else { return };
+        match answer {
+            Err(GrantorError::Unreachable(_)) => engine.note_grantor_unreachable(),
+            _ => engine.note_grantor_answered(self.clock.now()),
+        }
+    }
+
+    async fn acquired(
+        &mut self,
+        req: AcquireRequest,
+        answer: Result<pb::AcquireResponse, GrantorError>,
+        sent_at: Nanos,
+    ) {
+        self.note_answer(&answer);
         let retry_at = sent_at.saturating_add_ns(self.cfg.retry_ms * NS_PER_MS);
-        match self.grantor.acquire(r).await {
+        match answer {
             Ok(pb::AcquireResponse {
                 lease: Some(lease), ..
             }) if self.verified(&lease) => self.start(req, lease, sent_at),
@@ -445,6 +544,7 @@ impl LeaseManager {
             pinned: false,
             ask_again_at: Nanos::ZERO,
             priority: req.priority,
+            reported_demand: 0,
         };
         // Spendable at once where no durable mark holds it back: waiting for the next
         // round's top-up would refuse the requests of that gap as over the limit.
@@ -473,9 +573,7 @@ impl LeaseManager {
             }
             return;
         }
-        for (_, h) in all {
-            self.release(h).await;
-        }
+        self.release_all_of(all.into_values().collect()).await;
         self.commit_pending().await;
     }
 }

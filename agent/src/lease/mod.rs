@@ -2,6 +2,7 @@
 //! supplied from a grantor (`leasehold_client`), and its state file.
 
 mod blocking;
+mod bounded;
 pub mod manager;
 pub mod marks;
 mod persist;

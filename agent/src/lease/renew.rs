@@ -1,5 +1,6 @@
 //! Keeping held leases alive: reports, renewals, hand-backs and releases.
 
+use super::bounded::bounded;
 use super::manager::{Held, HeldKey, LeaseManager, NS_PER_MS};
 use crate::credit::{CreditSlot, SlotState};
 use crate::engine::AcquireRequest;
@@ -23,52 +24,105 @@ impl LeaseManager {
         (per_sec, horizon.max(1))
     }
 
-    pub(super) async fn maintain(&mut self, k: HeldKey, now: Nanos) {
-        let Some(h) = self.held.get(&k) else { return };
+    /// Looks at every held lease: those due report or renew, side by side
+    /// (`renew_in_flight_max` at once); expired, dropped and idle ones are released.
+    /// Leases in use (requests since their last report) are all served every round; the
+    /// calls for the others (reports, renewals and releases of keys nobody uses now, most
+    /// of a spray's) are at most `quiet_calls_per_tick_max` a round, the rest waiting for
+    /// the next, so that they never hold up a round, nor the grantor, for long.
+    pub(super) async fn maintain_all(&mut self, now: Nanos) {
+        let keys: Vec<HeldKey> = self.held.keys().cloned().collect();
+        let mut releases = Vec::new();
+        let mut reports = Vec::new();
+        let mut quiet = self.cfg.quiet_calls_per_tick_max;
+        for k in keys {
+            match self.maintenance(&k, now) {
+                Todo::Nothing => {}
+                Todo::Report { in_use: true } => reports.push(k),
+                _ if quiet == 0 => {}
+                Todo::Report { in_use: false } => {
+                    quiet -= 1;
+                    reports.push(k);
+                }
+                Todo::Release { evicted } => {
+                    quiet -= 1;
+                    self.counters.evicted_released += u64::from(evicted);
+                    releases.push(self.held.remove(&k).expect("present"));
+                }
+            }
+        }
+        self.release_all_of(releases).await;
+        let calls: Vec<_> = reports
+            .into_iter()
+            .map(|k| self.report_request(k, now))
+            .collect();
+        let grantor = Arc::clone(&self.grantor);
+        let unanswered = Duration::from_millis(self.cfg.report_unanswered_ms.max(1));
+        let answers = bounded(calls, self.cfg.renew_in_flight_max, |(k, used, slot, r)| {
+            let grantor = &grantor;
+            async move { (k, used, watched(grantor.report(r), &slot, unanswered).await) }
+        })
+        .await;
+        for (k, used, answer) in answers {
+            self.reported(k, used, answer, now).await;
+        }
+    }
+
+    fn maintenance(&mut self, k: &HeldKey, now: Nanos) -> Todo {
+        let Some(h) = self.held.get(k) else {
+            return Todo::Nothing;
+        };
         if now >= h.deadline && h.pinned {
             // A lease that ends with its window: its spending is over and its usage exact,
             // so it is released rather than left for the grantor to write off.
-            let h = self.held.remove(&k).expect("present");
-            self.release(h).await;
-            return;
+            return Todo::Release { evicted: false };
         }
         if now >= h.deadline {
             // Expired before a renewal got through: stop; the grantor writes it off.
-            let h = self.held.remove(&k).expect("present");
+            let h = self.held.remove(k).expect("present");
             h.slot.close();
             h.slot.set_state(SlotState::Idle);
             self.forget.push(h.lease_id);
-            return;
+            return Todo::Nothing;
         }
         // The engine dropped the key (idle, or its policy removed), so nothing can spend
         // the lease any more; hand it back now.
         if Arc::strong_count(&h.slot) == 1 || h.slot.is_detached() {
-            let h = self.held.remove(&k).expect("present");
-            self.counters.evicted_released += 1;
-            self.release(h).await;
-            return;
+            return Todo::Release { evicted: true };
         }
         let idle_ns = self.cfg.idle_release_ms * NS_PER_MS;
         if now.0.saturating_sub(h.slot.last_offered_ns()) >= idle_ns
             && now.saturating_since(h.last_report) >= idle_ns
         {
-            let h = self.held.remove(&k).expect("present");
-            self.release(h).await;
-            return;
+            return Todo::Release { evicted: false };
         }
-        let (_, horizon) = self.demand(h, now);
+        let (per_sec, horizon) = self.demand(h, now);
+        // A lease with nothing new to tell (no use, no demand before or now) is not
+        // reported on the clock: a key sprayed once costs the grantor no call per round.
+        let news = h.spent() != h.reported_used
+            || h.slot.offered() != h.offered_at_report
+            || h.reported_demand != per_sec;
         let report_due =
-            now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
+            news && now.saturating_since(h.last_report) >= self.cfg.report_every_ms * NS_PER_MS;
         let unspent = h.slot.remaining() + (h.credit - h.in_slot());
         let running_low = 2 * unspent < horizon && now >= h.ask_again_at;
         let renew_within_ns = renew_within_ns(&self.cfg.holder, h.ttl_ns);
         let expiring = !h.pinned && h.deadline.saturating_since(now) < renew_within_ns;
         if report_due || running_low || expiring {
-            self.report(k, now).await;
+            Todo::Report {
+                in_use: running_low || h.slot.offered() != h.offered_at_report,
+            }
+        } else {
+            Todo::Nothing
         }
     }
 
-    async fn report(&mut self, k: HeldKey, now: Nanos) {
+    /// The report of lease `k`, handing back credit far beyond its demand.
+    fn report_request(
+        &mut self,
+        k: HeldKey,
+        now: Nanos,
+    ) -> (HeldKey, u64, Arc<CreditSlot>, pb::ReportRequest) {
         let request_id = self.request_id();
         let (per_sec, horizon) = {
             let h = &self.held[&k];
@@ -99,11 +153,23 @@ impl LeaseManager {
             policy_version: 0,
             shadow_would_deny: h.slot.shadow_denied(),
         };
+        h.reported_demand = per_sec;
         self.counters.reports += 1;
-        let sent_at = now;
-        let slot = Arc::clone(&h.slot);
-        let unanswered = Duration::from_millis(self.cfg.report_unanswered_ms.max(1));
-        match watched(self.grantor.report(r), &slot, unanswered).await {
+        (k, used, Arc::clone(&h.slot), r)
+    }
+
+    async fn reported(
+        &mut self,
+        k: HeldKey,
+        used: u64,
+        answer: Result<pb::ReportResponse, GrantorError>,
+        sent_at: Nanos,
+    ) {
+        self.note_answer(&answer);
+        if !self.held.contains_key(&k) {
+            return;
+        }
+        match answer {
             Ok(resp) => self.renewed(k, resp, used, sent_at).await,
             Err(GrantorError::Unreachable(_)) => {
                 self.counters.unreachable += 1;
@@ -165,33 +231,69 @@ impl LeaseManager {
 
     /// Closes the slot and releases the lease with its exact final usage.
     pub(super) async fn release(&mut self, h: Held) {
-        let unspent = h.slot.close();
-        let final_used = h.in_slot().saturating_sub(unspent).max(h.reported_used);
-        let r = pb::ReleaseRequest {
-            holder_id: self.cfg.holder_id.clone(),
-            lease_id: h.lease_id,
-            final_used,
-            request_id: self.request_id(),
-        };
-        self.counters.releases += 1;
-        match self.grantor.release(r).await {
-            Ok(resp) => {
-                self.counters.reclaimed += resp.reclaimed;
-                self.forget.push(h.lease_id);
-            }
-            Err(GrantorError::Refused { .. }) => self.forget.push(h.lease_id),
-            Err(GrantorError::StaleRequest { last }) => {
-                self.continue_above(last);
-                self.orphans.insert(h.lease_id, final_used);
-            }
-            // Asked again every step; its record stays in the store until then, so a
-            // restart in between releases it with its mark.
-            Err(GrantorError::Unreachable(_)) => {
-                self.orphans.insert(h.lease_id, final_used);
-            }
-        }
-        h.slot.set_state(SlotState::Idle);
+        self.release_all_of(vec![h]).await;
     }
+
+    /// [`LeaseManager::release`] for each of `leases`, side by side.
+    pub(super) async fn release_all_of(&mut self, leases: Vec<Held>) {
+        if leases.is_empty() {
+            return;
+        }
+        let calls: Vec<_> = leases
+            .into_iter()
+            .map(|h| {
+                let unspent = h.slot.close();
+                let final_used = h.in_slot().saturating_sub(unspent).max(h.reported_used);
+                let r = pb::ReleaseRequest {
+                    holder_id: self.cfg.holder_id.clone(),
+                    lease_id: h.lease_id,
+                    final_used,
+                    request_id: self.request_id(),
+                };
+                self.counters.releases += 1;
+                (h, final_used, r)
+            })
+            .collect();
+        let grantor = Arc::clone(&self.grantor);
+        let answers = bounded(calls, self.cfg.renew_in_flight_max, |(h, final_used, r)| {
+            let grantor = &grantor;
+            async move { (h, final_used, grantor.release(r).await) }
+        })
+        .await;
+        for (h, final_used, answer) in answers {
+            self.note_answer(&answer);
+            match answer {
+                Ok(resp) => {
+                    self.counters.reclaimed += resp.reclaimed;
+                    self.forget.push(h.lease_id);
+                }
+                Err(GrantorError::Refused { .. }) => self.forget.push(h.lease_id),
+                Err(GrantorError::StaleRequest { last }) => {
+                    self.continue_above(last);
+                    self.orphans.insert(h.lease_id, final_used);
+                }
+                // Asked again every step; its record stays in the store until then, so a
+                // restart in between releases it with its mark.
+                Err(GrantorError::Unreachable(_)) => {
+                    self.orphans.insert(h.lease_id, final_used);
+                }
+            }
+            h.slot.set_state(SlotState::Idle);
+        }
+    }
+}
+
+/// What a held lease needs this round.
+enum Todo {
+    Nothing,
+    /// A report or renewal; `in_use`: the key had requests since its last report.
+    Report {
+        in_use: bool,
+    },
+    /// A release; `evicted`: the engine dropped the key.
+    Release {
+        evicted: bool,
+    },
 }
 
 /// How close to its deadline a lease asks to be renewed. A lease the holder configuration

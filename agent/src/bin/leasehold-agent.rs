@@ -136,6 +136,12 @@ struct Args {
     /// Longest envoyproxy/ratelimit key, in bytes once encoded [default: 4096].
     #[arg(long)]
     ratelimit_key_len_max: Option<usize>,
+    /// Most first leases asked of the allocator per second [default: 2000].
+    #[arg(long)]
+    acquire_rate_max_per_s: Option<u64>,
+    /// Most keys waiting for a first lease [default: 16384].
+    #[arg(long)]
+    acquire_waiting_max: Option<usize>,
     /// Count hits envoyproxy/ratelimit rules refuse, as that service does [default: true].
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     ratelimit_count_denied: Option<bool>,
@@ -174,6 +180,8 @@ impl Args {
             header_timeout_ms: self.header_timeout_ms,
             ratelimit_key_len_max: self.ratelimit_key_len_max,
             ratelimit_count_denied: self.ratelimit_count_denied,
+            acquire_rate_max_per_s: self.acquire_rate_max_per_s,
+            acquire_waiting_max: self.acquire_waiting_max,
         };
         (self.config, overrides)
     }
@@ -309,6 +317,8 @@ async fn run() -> Result<()> {
     let queue = engine.take_acquire_queue().context("acquire queue")?;
     let mut manager_cfg = ManagerConfig::new(cfg.holder_id.clone());
     manager_cfg.verifier = cfg.lease_verifier()?;
+    manager_cfg.acquire_rate_max_per_s = cfg.acquire_rate_max_per_s;
+    manager_cfg.acquire_waiting_max = cfg.acquire_waiting_max;
     let grantor = grantor(&cfg, &policies)?;
     let gate = Arc::new(ExactGate::new(Arc::clone(&engine)).with_grantor(
         Arc::clone(&grantor),

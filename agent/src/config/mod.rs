@@ -15,6 +15,8 @@
 //! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
 //! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
 //! ratelimit_count_denied: true       # refused hits count in their window, as that service's
+//! acquire_rate_max_per_s: 2000       # first leases asked of the allocator per second
+//! acquire_waiting_max: 16384         # keys waiting for a first lease
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -27,6 +29,13 @@
 //! replaces the file's whole list. Relative paths are relative to the working directory.
 //! Unknown fields are refused, naming the field, so a misspelt setting never silently
 //! falls back to its default.
+
+/// Default most first leases asked for per second (see [`AgentConfig::acquire_rate_max_per_s`]).
+pub const ACQUIRE_RATE_MAX_PER_S_DEFAULT: u64 = 2_000;
+/// Default most keys waiting for a first lease.
+pub const ACQUIRE_WAITING_MAX_DEFAULT: usize = 16_384;
+/// Highest `acquire_waiting_max`: the keys a default key table holds.
+pub const ACQUIRE_WAITING_LIMIT: usize = crate::engine::KEYS_MAX_DEFAULT;
 
 mod validate;
 
@@ -185,6 +194,12 @@ pub struct AgentConfig {
     /// envoyproxy/ratelimit rules count hits they refuse, as that service does (false: as
     /// with its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
     pub ratelimit_count_denied: bool,
+    /// Most first leases the lease manager asks the allocator for per second; keys that
+    /// hold leases are renewed apart and first, so a spray of new keys waits here.
+    pub acquire_rate_max_per_s: u64,
+    /// Most keys waiting for a first lease; past it, keys asked for only once go back to
+    /// ask again on their next request.
+    pub acquire_waiting_max: usize,
 }
 
 impl Default for AgentConfig {
@@ -211,6 +226,8 @@ impl Default for AgentConfig {
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
             ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
             ratelimit_count_denied: true,
+            acquire_rate_max_per_s: ACQUIRE_RATE_MAX_PER_S_DEFAULT,
+            acquire_waiting_max: ACQUIRE_WAITING_MAX_DEFAULT,
         }
     }
 }
@@ -258,6 +275,10 @@ pub struct Overrides {
     pub header_timeout_ms: Option<u64>,
     /// `--ratelimit-key-len-max`.
     pub ratelimit_key_len_max: Option<usize>,
+    /// `--acquire-rate-max-per-s`.
+    pub acquire_rate_max_per_s: Option<u64>,
+    /// `--acquire-waiting-max`.
+    pub acquire_waiting_max: Option<usize>,
     /// `--ratelimit-count-denied[=true|false]`.
     pub ratelimit_count_denied: Option<bool>,
 }
@@ -338,6 +359,11 @@ impl AgentConfig {
         set(&mut self.unknown_policy, flags.unknown_policy);
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
         set(&mut self.ratelimit_key_len_max, flags.ratelimit_key_len_max);
+        set(
+            &mut self.acquire_rate_max_per_s,
+            flags.acquire_rate_max_per_s,
+        );
+        set(&mut self.acquire_waiting_max, flags.acquire_waiting_max);
         set(
             &mut self.ratelimit_count_denied,
             flags.ratelimit_count_denied,

@@ -22,6 +22,8 @@ idle_timeout_ms: 30000
 header_timeout_ms: 2000
 ratelimit_key_len_max: 8192
 ratelimit_count_denied: false
+acquire_rate_max_per_s: 500
+acquire_waiting_max: 1024
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -74,6 +76,8 @@ fn every_field_is_read_from_the_file() {
         header_timeout_ms: 2_000,
         ratelimit_key_len_max: 8192,
         ratelimit_count_denied: false,
+        acquire_rate_max_per_s: 500,
+        acquire_waiting_max: 1024,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -192,6 +196,16 @@ fn invalid_values_name_the_field_and_the_reason() {
         ),
         (|c| c.holder_id = "gw/7".into(), "holder_id", "only A-Z"),
         (|c| c.holder_id = String::new(), "holder_id", "empty"),
+        (
+            |c| c.acquire_rate_max_per_s = 0,
+            "acquire_rate_max_per_s",
+            "positive",
+        ),
+        (
+            |c| c.acquire_waiting_max = 0,
+            "acquire_waiting_max",
+            "1 to 1048576",
+        ),
         (
             |c| c.decide_timeout_ms = 0,
             "decide_timeout_ms",

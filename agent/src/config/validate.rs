@@ -89,6 +89,20 @@ impl AgentConfig {
             ));
         }
         self.check_listener_limits()?;
+        if self.acquire_rate_max_per_s == 0 {
+            return Err(invalid(
+                "acquire_rate_max_per_s",
+                0,
+                "a positive number of first leases per second",
+            ));
+        }
+        if !(1..=super::ACQUIRE_WAITING_LIMIT).contains(&self.acquire_waiting_max) {
+            return Err(invalid(
+                "acquire_waiting_max",
+                self.acquire_waiting_max.to_string(),
+                format!("1 to {}", super::ACQUIRE_WAITING_LIMIT),
+            ));
+        }
         if !(RATELIMIT_KEY_LEN_MIN..=RATELIMIT_KEY_LEN_LIMIT).contains(&self.ratelimit_key_len_max)
         {
             return Err(invalid(

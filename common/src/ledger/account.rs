@@ -2,12 +2,12 @@
 
 use super::command::Outcome;
 use super::entitlement::Entitlement;
+use super::holders::Holders;
 use super::window::WindowSupply;
 use crate::algo::TokenBucket;
 use crate::lease::LeaseId;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// Upstream credit closer than this to its deadline is not sub-leased: a sub-lease of less
 /// than a millisecond cannot be spent.
@@ -111,7 +111,7 @@ pub struct Account {
     pub outstanding: u64,
     /// Live lease records of this key.
     pub leases: u64,
-    pub holders: BTreeMap<String, HolderSlot>,
+    pub holders: Holders,
     pub stats: KeyStats,
 }
 
@@ -128,7 +128,7 @@ impl Account {
             supply,
             outstanding: 0,
             leases: 0,
-            holders: BTreeMap::new(),
+            holders: Holders::new(),
             stats: KeyStats {
                 initial,
                 ..KeyStats::default()

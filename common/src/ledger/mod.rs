@@ -26,19 +26,21 @@ pub mod error;
 pub mod fair;
 mod grant;
 mod holder_ops;
+mod holders;
 pub mod params;
 pub mod sizing;
 mod tick;
 mod upstream;
 pub mod window;
 
-pub use account::{Account, KeyStats, Origin, Supply};
+pub use account::{Account, HolderSlot, KeyStats, Origin, Supply};
 pub use book::{LeaseBook, LeaseRecord, LeaseState};
 pub use command::{
     Acquire, Budget, Command, DenyReason, Grant, Outcome, Release, Report, UpstreamLease,
 };
 pub use decide::{Decide, DecideItem, Decided, Refund, Verdict, DECIDE_ITEMS_MAX};
 pub use error::LedgerError;
+pub use holders::Holders;
 pub use params::{
     LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, Level, PolicyParams, Role,
 };

@@ -20,8 +20,11 @@ async fn a_killed_leader_is_replaced_and_a_covered_holder_keeps_admitting() {
         raft_yaml: None,
         work_dir: None,
     };
-    let report = run_failover(&bins, &cfg, |k, leader, ms| {
-        eprintln!("kill {k}: global-{leader}, a write committed after {ms} ms");
+    let report = run_failover(&bins, &cfg, |k| {
+        eprintln!(
+            "kill {}: global-{}, a write committed after {} ms",
+            k.index, k.leader, k.served_ms
+        );
     })
     .await
     .expect("failover runs");

@@ -53,6 +53,7 @@
 //! [`RaftNode::read_local`] reads the local state without that check.
 
 pub(crate) mod batching;
+mod campaign;
 pub mod config;
 mod endpoint;
 pub mod machine;

@@ -16,6 +16,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::{Connected, Router};
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
+use super::campaign::{run_campaigner, CampaignTimings, Contact};
 use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
@@ -209,14 +210,18 @@ impl<M: Machine> RaftNode<M> {
             hooks.time,
         );
         let mut tasks = vec![tokio::spawn(proposer.run(queue, stop.subscribe()))];
+        let contact = Arc::new(Contact::default());
         tasks.push(super::endpoint::serve(
             &config,
             &hooks.transport,
             (hooks.services, hooks.raft_auth, hooks.raft_cluster),
-            raft.clone(),
+            (raft.clone(), Arc::clone(&contact)),
             incoming,
             stop.subscribe(),
         )?);
+        let timings = CampaignTimings::of(&config);
+        let campaigner = run_campaigner(raft.clone(), contact, timings, stop.subscribe());
+        tasks.push(tokio::spawn(campaigner));
         let peers = Arc::new(PeerTracker::default());
         tasks.push(tokio::spawn(track_peers(
             raft.clone(),

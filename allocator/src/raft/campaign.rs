@@ -11,11 +11,14 @@
 //! The campaigner starts an election once this node has heard nothing from a leader (nor
 //! from a candidate it voted for) for the lease plus a random delay below
 //! `election_timeout_max − election_timeout_min`, and, while no leader has emerged since its
-//! own campaign, again after a heartbeat period plus such a delay. The voters refuse a
-//! campaign while their own lease on the old leader holds, so it cannot cut a live leader
-//! short any more than openraft's timer does; electing at any moment is safe in Raft, the
-//! delays only decide how soon and how often. openraft's own timer stays on: it still
-//! starts a cluster whose nodes have heard from no one since they started.
+//! own campaign, again after a heartbeat period plus such a delay. A node refused because a
+//! voter's log is longer than its own waits a lease and a spread more before trying again,
+//! as openraft does: the node with the longer log must win, and every campaign with a higher
+//! term would depose it again (openraft 0.9 has no pre-vote). The voters refuse a campaign
+//! while their own lease on the old leader holds, so it cannot cut a live leader short any
+//! more than openraft's timer does; electing at any moment is safe in Raft, the delays only
+//! decide how soon and how often. openraft's own timer stays on: it still starts a cluster
+//! whose nodes have heard from no one since they started.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,21 +31,51 @@ use tokio::time::Instant;
 use super::config::NodeConfig;
 use super::types::TypeConfig;
 
-/// When this node last heard from a leader, granted a vote, or campaigned; the peers' Raft
-/// calls this node answers refresh it.
+/// When this node last heard from a leader, granted a vote, or campaigned, and whether its
+/// last campaign met a longer log; the Raft calls this node answers and makes refresh it.
 #[derive(Debug, Default)]
 pub(crate) struct Contact {
-    last: Mutex<Option<Instant>>,
+    heard: Mutex<Heard>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Heard {
+    /// None until the first contact since this node started.
+    last: Option<Instant>,
+    /// The last contact was this node's own campaign.
+    campaigning: bool,
+    /// A voter refused this node's last campaign for a longer log than its own.
+    outlogged: bool,
 }
 
 impl Contact {
+    /// A leader or a candidate this node voted for is alive.
     pub(crate) fn touch(&self) {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *self.lock() = Heard {
+            last: Some(Instant::now()),
+            ..Heard::default()
+        };
     }
 
-    /// None until the first contact since this node started.
-    fn last(&self) -> Option<Instant> {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner())
+    fn campaigned(&self) {
+        *self.lock() = Heard {
+            last: Some(Instant::now()),
+            campaigning: true,
+            outlogged: false,
+        };
+    }
+
+    /// A voter refused this node's campaign: its log is longer.
+    pub(crate) fn outlogged(&self) {
+        self.lock().outlogged = true;
+    }
+
+    fn heard(&self) -> Heard {
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Heard> {
+        self.heard.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -73,14 +106,18 @@ impl CampaignTimings {
         }
     }
 
-    /// How long after the last contact to campaign: past the lease while this node's vote
-    /// is for a leader it heard from, else (it campaigned, or voted for a candidate that
-    /// has not won yet) a retry period; plus `jitter`.
-    fn wait(&self, vote_committed: bool, jitter: Duration) -> Duration {
-        let base = if vote_committed {
-            self.lease
-        } else {
+    /// How long after the last contact to campaign, plus `jitter`: a lease and a spread
+    /// when this node's campaign met a longer log, so the node holding it can campaign
+    /// twice first (once to learn the term this node reached, once to win); a retry period
+    /// while its own campaign has brought no leader; else (it follows a leader, or voted
+    /// for another candidate) past the lease.
+    fn wait(&self, heard: Heard, jitter: Duration) -> Duration {
+        let base = if heard.outlogged {
+            self.lease + self.spread
+        } else if heard.campaigning {
             self.retry
+        } else {
+            self.lease
         };
         base + jitter
     }
@@ -105,14 +142,26 @@ pub(crate) async fn run_campaigner(
 ) {
     let metrics = raft.metrics();
     let mut jitter = timings.draw();
+    let mut seen_vote = metrics.borrow().vote;
     loop {
-        let (state, committed) = {
+        let (state, vote) = {
             let m = metrics.borrow();
-            (m.state, m.vote.is_committed())
+            (m.state, m.vote)
         };
-        let due = contact
-            .last()
-            .map(|last| last + timings.wait(committed, jitter));
+        // A vote granted to another node or a new leader shows in the metrics before the
+        // call that made it returns and touches `contact`; campaigning in between would
+        // depose the candidate this node just voted for. While campaigning, a new vote may
+        // instead be a higher term learnt from a refusal, after which this node should
+        // try again soon; a vote it granted meanwhile is touched within the retry period.
+        let mut heard = contact.heard();
+        if vote != seen_vote {
+            seen_vote = vote;
+            if !heard.campaigning {
+                contact.touch();
+                heard = contact.heard();
+            }
+        }
+        let due = heard.last.map(|last| last + timings.wait(heard, jitter));
         let now = Instant::now();
         let ready = may_campaign(state) && due.is_some_and(|due| due <= now);
         if !ready {
@@ -125,10 +174,11 @@ pub(crate) async fn run_campaigner(
             }
         }
         tracing::info!(
-            silent_ms = contact.last().map(|l| (now - l).as_millis() as u64),
+            silent_ms = heard.last.map(|l| (now - l).as_millis() as u64),
+            outlogged = heard.outlogged,
             "no leader heard from; starting an election"
         );
-        contact.touch();
+        contact.campaigned();
         jitter = timings.draw();
         if let Err(e) = raft.trigger().elect().await {
             tracing::warn!(error = %e, "raft core stopped; no more elections started");
@@ -142,7 +192,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_follower_waits_out_the_lease_and_a_candidate_only_a_heartbeat() {
+    fn a_follower_waits_out_the_lease_a_candidate_a_heartbeat_and_a_shorter_log_longer() {
         let mut c = NodeConfig::new(1, "127.0.0.1:1", "/nonexistent");
         c.heartbeat_interval_ms = 50;
         c.election_timeout_min_ms = 150;
@@ -150,8 +200,14 @@ mod tests {
         let t = CampaignTimings::of(&c);
         assert_eq!(t.spread, Duration::from_millis(100));
         let j = Duration::from_millis(7);
-        assert_eq!(t.wait(true, j), Duration::from_millis(257));
-        assert_eq!(t.wait(false, j), Duration::from_millis(57));
+        let heard = |campaigning, outlogged| Heard {
+            last: None,
+            campaigning,
+            outlogged,
+        };
+        assert_eq!(t.wait(heard(false, false), j), Duration::from_millis(257));
+        assert_eq!(t.wait(heard(true, false), j), Duration::from_millis(57));
+        assert_eq!(t.wait(heard(true, true), j), Duration::from_millis(357));
         for _ in 0..100 {
             assert!(t.draw() <= t.spread);
         }

@@ -16,7 +16,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::{Connected, Router};
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
-use super::campaign::{run_campaigner, CampaignTimings, Contact};
+use super::campaign::{run_campaigner, CampaignTimings};
 use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
@@ -197,6 +197,7 @@ impl<M: Machine> RaftNode<M> {
             received.record_furthest(leader_time_ns, time.mono_ns());
         }));
         let network = NetworkFactory::new(config.node_id, hooks.transport.clone());
+        let contact = network.contact();
         let raft = Raft::new(config.node_id, raft_config, network, log, state_machine)
             .await
             .map_err(|e| stopped(config.node_id, e))?;
@@ -210,7 +211,6 @@ impl<M: Machine> RaftNode<M> {
             hooks.time,
         );
         let mut tasks = vec![tokio::spawn(proposer.run(queue, stop.subscribe()))];
-        let contact = Arc::new(Contact::default());
         tasks.push(super::endpoint::serve(
             &config,
             &hooks.transport,

@@ -4,9 +4,10 @@
 //! openraft 0.9 starts an election from its tick (every 1.5 × heartbeat) once
 //! `leader_lease + T` has passed since the node's vote was last refreshed, where the lease is
 //! `election_timeout_max` and T is drawn from `[election_timeout_min, election_timeout_max)`
-//! once, when the node starts. So a failover waits for the lease, then T, then the next tick;
-//! and two followers whose T lie close together campaign at the same moments round after
-//! round and split the vote each time.
+//! once, when the node starts. So a failover waits for the lease, then T, then the next tick.
+//! And a node refused for a shorter log adds `2 × election_timeout_max` to its timeout until
+//! it next campaigns, so in a later failover, where its log may be the only longest one, it
+//! still waits that much longer.
 //!
 //! The campaigner starts an election once this node has heard nothing from a leader (nor
 //! from a candidate it voted for) for the lease plus a random delay below

@@ -69,7 +69,7 @@ pub struct RaftTiming {
 /// plus a vote and a commit: openraft 0.9 lets a follower vote only once the leader's lease
 /// (`election_max_ms`) has run out since it last heard from the leader, and the node starts
 /// its own election a delay drawn afresh below that difference later (raft::campaign).
-/// These defaults measured a median of about 0.34 s from SIGKILL of the leader to a
+/// These defaults measured a median of about 0.35 s from SIGKILL of the leader to a
 /// committed write (see docs/operations.md). The heartbeat is also openraft's deadline for
 /// each append-entries call, so it cannot be much shorter.
 impl Default for RaftTiming {

@@ -1,14 +1,14 @@
 //! Failover on the real binaries: the leader of a 3-node mutual-TLS cluster is killed with
 //! SIGKILL three times. A write commits on a new leader each time, and a holder whose lease
 //! and refresh horizon cover the election never stops admitting. The measured figures
-//! (about 0.33 s median, at most 0.52 s over 90 kills, on a 2-core machine) are in
+//! (about 0.35 s median, at most 0.51 s over 90 kills, on a 2-core machine) are in
 //! docs/operations.md; the bound here is loose on purpose, for slower machines.
 
 mod chaos_support;
 
 use leasehold_simulations::chaos::failover::{run_failover, FailoverConfig};
 
-/// Far above the 0.33–0.52 s measured, and still far below the holder's 15 s lease.
+/// Far above the 0.32–0.51 s measured, and still far below the holder's 15 s lease.
 const FAILOVER_BOUND_MS: u64 = 5_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

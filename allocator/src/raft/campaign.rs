@@ -12,10 +12,11 @@
 //! The campaigner starts an election once this node has heard nothing from a leader (nor
 //! from a candidate it voted for) for the lease plus a random delay below
 //! `election_timeout_max − election_timeout_min`, and, while no leader has emerged since its
-//! own campaign, again after a heartbeat period plus such a delay. A node refused because a
-//! voter's log is longer than its own waits a lease and a spread more before trying again,
-//! as openraft does: the node with the longer log must win, and every campaign with a higher
-//! term would depose it again (openraft 0.9 has no pre-vote). The voters refuse a campaign
+//! own campaign, again after a heartbeat period (doubling with each further campaign, up to
+//! the lease) plus such a delay. A node refused because a voter's log is longer than its own
+//! waits a lease and a spread before trying again, as openraft does: the node with the
+//! longer log must win, and every campaign with a higher term would depose it again
+//! (openraft 0.9 has no pre-vote). The voters refuse a campaign
 //! while their own lease on the old leader holds, so it cannot cut a live leader short any
 //! more than openraft's timer does; electing at any moment is safe in Raft, the delays only
 //! decide how soon and how often. openraft's own timer stays on: it still starts a cluster
@@ -43,8 +44,9 @@ pub(crate) struct Contact {
 struct Heard {
     /// None until the first contact since this node started.
     last: Option<Instant>,
-    /// The last contact was this node's own campaign.
-    campaigning: bool,
+    /// Campaigns this node started since it last heard from a leader or voted for
+    /// another candidate.
+    campaigns: u32,
     /// A voter refused this node's last campaign for a longer log than its own.
     outlogged: bool,
 }
@@ -59,9 +61,10 @@ impl Contact {
     }
 
     fn campaigned(&self) {
-        *self.lock() = Heard {
+        let mut heard = self.lock();
+        *heard = Heard {
             last: Some(Instant::now()),
-            campaigning: true,
+            campaigns: heard.campaigns.saturating_add(1),
             outlogged: false,
         };
     }
@@ -79,6 +82,9 @@ impl Contact {
         self.heard.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Most doublings of the retry period; the lease caps it long before.
+const CAMPAIGN_DOUBLINGS_MAX: u32 = 16;
 
 /// How long the campaigner waits, derived from the node's Raft timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,14 +115,16 @@ impl CampaignTimings {
 
     /// How long after the last contact to campaign, plus `jitter`: a lease and a spread
     /// when this node's campaign met a longer log, so the node holding it can campaign
-    /// twice first (once to learn the term this node reached, once to win); a retry period
-    /// while its own campaign has brought no leader; else (it follows a leader, or voted
-    /// for another candidate) past the lease.
+    /// twice first (once to learn the term this node reached, once to win); while its own
+    /// campaigns bring no leader, a retry period doubling with each up to the lease, so a
+    /// node cut off from the others campaigns no more often than openraft would; else (it
+    /// follows a leader, or voted for another candidate) past the lease.
     fn wait(&self, heard: Heard, jitter: Duration) -> Duration {
         let base = if heard.outlogged {
             self.lease + self.spread
-        } else if heard.campaigning {
-            self.retry
+        } else if heard.campaigns > 0 {
+            let doublings = (heard.campaigns - 1).min(CAMPAIGN_DOUBLINGS_MAX);
+            (self.retry * (1 << doublings)).min(self.lease)
         } else {
             self.lease
         };
@@ -157,7 +165,7 @@ pub(crate) async fn run_campaigner(
         let mut heard = contact.heard();
         if vote != seen_vote {
             seen_vote = vote;
-            if !heard.campaigning {
+            if heard.campaigns == 0 {
                 contact.touch();
                 heard = contact.heard();
             }
@@ -174,11 +182,13 @@ pub(crate) async fn run_campaigner(
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
-        tracing::info!(
-            silent_ms = heard.last.map(|l| (now - l).as_millis() as u64),
-            outlogged = heard.outlogged,
-            "no leader heard from; starting an election"
-        );
+        let silent_ms = heard.last.map(|l| (now - l).as_millis() as u64);
+        if heard.campaigns == 0 {
+            tracing::info!(silent_ms, "no leader heard from; starting an election");
+        } else {
+            let (campaigns, outlogged) = (heard.campaigns, heard.outlogged);
+            tracing::debug!(campaigns, outlogged, "no leader yet; campaigning again");
+        }
         contact.campaigned();
         jitter = timings.draw();
         if let Err(e) = raft.trigger().elect().await {
@@ -193,7 +203,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_follower_waits_out_the_lease_a_candidate_a_heartbeat_and_a_shorter_log_longer() {
+    fn a_follower_waits_out_the_lease_a_candidate_less_and_a_shorter_log_longer() {
         let mut c = NodeConfig::new(1, "127.0.0.1:1", "/nonexistent");
         c.heartbeat_interval_ms = 50;
         c.election_timeout_min_ms = 150;
@@ -201,14 +211,21 @@ mod tests {
         let t = CampaignTimings::of(&c);
         assert_eq!(t.spread, Duration::from_millis(100));
         let j = Duration::from_millis(7);
-        let heard = |campaigning, outlogged| Heard {
+        let heard = |campaigns, outlogged| Heard {
             last: None,
-            campaigning,
+            campaigns,
             outlogged,
         };
-        assert_eq!(t.wait(heard(false, false), j), Duration::from_millis(257));
-        assert_eq!(t.wait(heard(true, false), j), Duration::from_millis(57));
-        assert_eq!(t.wait(heard(true, true), j), Duration::from_millis(357));
+        assert_eq!(t.wait(heard(0, false), j), Duration::from_millis(257));
+        assert_eq!(t.wait(heard(1, false), j), Duration::from_millis(57));
+        assert_eq!(t.wait(heard(2, false), j), Duration::from_millis(107));
+        assert_eq!(t.wait(heard(3, false), j), Duration::from_millis(207));
+        assert_eq!(t.wait(heard(4, false), j), Duration::from_millis(257));
+        assert_eq!(
+            t.wait(heard(u32::MAX, false), j),
+            Duration::from_millis(257)
+        );
+        assert_eq!(t.wait(heard(1, true), j), Duration::from_millis(357));
         for _ in 0..100 {
             assert!(t.draw() <= t.spread);
         }

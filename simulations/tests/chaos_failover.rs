@@ -1,14 +1,14 @@
 //! Failover on the real binaries: the leader of a 3-node mutual-TLS cluster is killed with
 //! SIGKILL three times. A write commits on a new leader each time, and a holder whose lease
 //! and refresh horizon cover the election never stops admitting. The measured figures
-//! (0.5–0.6 s per failover on a 2-core machine) are in docs/operations.md; the bound here is
-//! loose on purpose, for slower machines.
+//! (about 0.35 s median, at most 0.51 s over 90 kills, on a 2-core machine) are in
+//! docs/operations.md; the bound here is loose on purpose, for slower machines.
 
 mod chaos_support;
 
 use leasehold_simulations::chaos::failover::{run_failover, FailoverConfig};
 
-/// Far above the 0.5–0.6 s measured, and still far below the holder's 15 s lease.
+/// Far above the 0.32–0.51 s measured, and still far below the holder's 15 s lease.
 const FAILOVER_BOUND_MS: u64 = 5_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,8 +20,11 @@ async fn a_killed_leader_is_replaced_and_a_covered_holder_keeps_admitting() {
         raft_yaml: None,
         work_dir: None,
     };
-    let report = run_failover(&bins, &cfg, |k, leader, ms| {
-        eprintln!("kill {k}: global-{leader}, a write committed after {ms} ms");
+    let report = run_failover(&bins, &cfg, |k| {
+        eprintln!(
+            "kill {}: global-{}, a write committed after {} ms",
+            k.index, k.leader, k.served_ms
+        );
     })
     .await
     .expect("failover runs");

@@ -11,6 +11,7 @@ use tokio_stream::Stream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Connected;
 
+use super::campaign::Contact;
 use super::config::{NodeConfig, NodeError};
 use super::network::TransportConfig;
 use super::node::ServiceHook;
@@ -29,7 +30,7 @@ pub(super) fn serve<S, IO, IE>(
     config: &NodeConfig,
     transport: &TransportConfig,
     (services, raft_auth, raft_cluster): (Option<ServiceHook>, Option<AuthMode>, Option<String>),
-    raft: Raft<TypeConfig>,
+    (raft, contact): (Raft<TypeConfig>, std::sync::Arc<Contact>),
     incoming: S,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, NodeError>
@@ -53,7 +54,7 @@ where
         Ok(req)
     };
     let service = InterceptedService::new(
-        RaftServiceServer::new(RaftRpcService::new(raft))
+        RaftServiceServer::new(RaftRpcService::new(raft, contact))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max),
         gate,

@@ -34,6 +34,13 @@
 //! cluster restart the timeline resumes where it stopped and stays behind real time by the
 //! downtime, which is again the safe direction.
 //!
+//! # Elections
+//!
+//! Besides openraft's own election timer, each node starts an election itself once it has
+//! heard from no leader for openraft's leader lease plus a delay drawn afresh for each
+//! campaign (`campaign.rs`): openraft 0.9 would wait a further once-drawn timeout and its next
+//! tick, and keeps a shorter-log penalty across failovers.
+//!
 //! # Batching
 //!
 //! [`Replica::propose`](crate::replica::Replica::propose) puts the command in a bounded queue
@@ -53,6 +60,7 @@
 //! [`RaftNode::read_local`] reads the local state without that check.
 
 pub(crate) mod batching;
+mod campaign;
 pub mod config;
 mod endpoint;
 pub mod machine;

@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint, ServerTlsConfig};
 
+use super::campaign::Contact;
 use super::peer_calls::PeerCalls;
 use super::types::{NodeAddr, TypeConfig};
 
@@ -108,6 +109,8 @@ pub struct NetworkFactory {
     node_id: u64,
     transport: TransportConfig,
     channels: Arc<Mutex<HashMap<u64, Peer>>>,
+    /// Told when a voter refuses this node's campaign for a longer log.
+    contact: Arc<Contact>,
 }
 
 /// A peer's address, its shared channel and its calls' shared state.
@@ -120,7 +123,13 @@ impl NetworkFactory {
             node_id,
             transport,
             channels: Arc::new(Mutex::new(HashMap::new())),
+            contact: Arc::default(),
         }
+    }
+
+    /// What this node's vote calls learn for its campaigner.
+    pub(crate) fn contact(&self) -> Arc<Contact> {
+        Arc::clone(&self.contact)
     }
 
     fn channel(
@@ -165,6 +174,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             node: node.clone(),
             client: client.map_err(|e| e.to_string()),
+            contact: Arc::clone(&self.contact),
         }
     }
 }
@@ -177,6 +187,7 @@ pub struct PeerClient {
     /// The client and the peer's shared call state, or why the peer's address could not be
     /// turned into an endpoint.
     client: Result<(RaftServiceClient<Channel>, Arc<PeerCalls>), String>,
+    contact: Arc<Contact>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<u64, NodeAddr, RaftError<u64, E>>>;
@@ -288,7 +299,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
-        self.call(RPCTypes::Vote, &rpc, option.hard_ttl()).await
+        let answer: RpcResult<VoteResponse<u64>, _> =
+            self.call(RPCTypes::Vote, &rpc, option.hard_ttl()).await;
+        if matches!(&answer, Ok(r) if !r.vote_granted && r.last_log_id > rpc.last_log_id) {
+            self.contact.outlogged();
+        }
+        answer
     }
 }
 

@@ -16,6 +16,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::{Connected, Router};
 
 use super::batching::{forward_error, linearizable_error, Proposal, Proposer, ProposerSettings};
+use super::campaign::{run_campaigner, CampaignTimings};
 use super::config::{NodeConfig, NodeError};
 use super::machine::{encode_snapshot, MachineApplier, SharedMachine};
 use super::network::{NetworkFactory, TransportConfig};
@@ -196,6 +197,7 @@ impl<M: Machine> RaftNode<M> {
             received.record_furthest(leader_time_ns, time.mono_ns());
         }));
         let network = NetworkFactory::new(config.node_id, hooks.transport.clone());
+        let contact = network.contact();
         let raft = Raft::new(config.node_id, raft_config, network, log, state_machine)
             .await
             .map_err(|e| stopped(config.node_id, e))?;
@@ -213,10 +215,13 @@ impl<M: Machine> RaftNode<M> {
             &config,
             &hooks.transport,
             (hooks.services, hooks.raft_auth, hooks.raft_cluster),
-            raft.clone(),
+            (raft.clone(), Arc::clone(&contact)),
             incoming,
             stop.subscribe(),
         )?);
+        let timings = CampaignTimings::of(&config);
+        let campaigner = run_campaigner(raft.clone(), contact, timings, stop.subscribe());
+        tasks.push(tokio::spawn(campaigner));
         let peers = Arc::new(PeerTracker::default());
         tasks.push(tokio::spawn(track_peers(
             raft.clone(),

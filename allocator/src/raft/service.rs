@@ -1,23 +1,30 @@
 //! Server side of Raft replication: the `RaftService` gRPC API forwarding to `openraft::Raft`.
 
+use std::sync::Arc;
+
 use leasehold_proto::leasehold::v1::raft_service_server::RaftService;
 use leasehold_proto::leasehold::v1::RaftBytes;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
 use openraft::Raft;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use super::campaign::Contact;
 use super::types::TypeConfig;
 
 /// Answers peers' Raft RPCs with the local Raft node.
 pub struct RaftRpcService {
     raft: Raft<TypeConfig>,
+    /// Touched by every call that shows a leader or candidate alive and accepted, so this
+    /// node does not campaign against it.
+    contact: Arc<Contact>,
 }
 
 impl RaftRpcService {
     /// Serves `raft`.
-    pub fn new(raft: Raft<TypeConfig>) -> Self {
-        Self { raft }
+    pub(crate) fn new(raft: Raft<TypeConfig>, contact: Arc<Contact>) -> Self {
+        Self { raft, contact }
     }
 }
 
@@ -45,20 +52,35 @@ impl RaftService for RaftRpcService {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        let rpc = decode("append-entries", request)?;
-        encode("append-entries", &self.raft.append_entries(rpc).await)
+        let rpc: AppendEntriesRequest<TypeConfig> = decode("append-entries", request)?;
+        let answer = self.raft.append_entries(rpc).await;
+        // Only a sender with a lower vote than this node's is refused outright.
+        if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.contact.touch();
+        }
+        encode("append-entries", &answer)
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let rpc = decode("vote", request)?;
-        encode("vote", &self.raft.vote(rpc).await)
+        let answer = self.raft.vote(rpc).await;
+        if matches!(&answer, Ok(r) if r.vote_granted) {
+            self.contact.touch();
+        }
+        encode("vote", &answer)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        let rpc = decode("install-snapshot", request)?;
-        encode("install-snapshot", &self.raft.install_snapshot(rpc).await)
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode("install-snapshot", request)?;
+        let sender = rpc.vote;
+        let answer = self.raft.install_snapshot(rpc).await;
+        // Accepted when this node's vote is the sender's (not a higher one).
+        if matches!(&answer, Ok(r) if r.vote == sender) {
+            self.contact.touch();
+        }
+        encode("install-snapshot", &answer)
     }
 }

@@ -85,10 +85,13 @@ async fn main() -> Result<()> {
                 raft_yaml: raft,
                 work_dir: args.work_dir,
             };
-            let report = run_failover(&bins, &cfg, |k, leader, ms| {
+            let report = run_failover(&bins, &cfg, |k| {
+                let at = jiff::Timestamp::try_from(k.at).map_or(String::new(), |t| t.to_string());
                 println!(
-                    "kill {:>3}: leader global-{leader} killed; a write committed after {ms} ms",
-                    k + 1
+                    "kill {:>3}: leader global-{} killed at {at}; a write committed after {} ms",
+                    k.index + 1,
+                    k.leader,
+                    k.served_ms
                 );
             })
             .await

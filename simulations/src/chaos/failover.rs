@@ -63,11 +63,24 @@ pub fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// One kill, as [`run_failover`] reports it when the write after it has committed.
+#[derive(Clone, Copy, Debug)]
+pub struct Kill {
+    /// 0 for the first kill.
+    pub index: usize,
+    /// The node killed, the leader at the time.
+    pub leader: u64,
+    /// When the SIGKILL was sent, on the wall clock, to find the kill in the nodes' logs.
+    pub at: SystemTime,
+    /// From the kill to the first write committed after it, in milliseconds.
+    pub served_ms: u64,
+}
+
 /// Runs the measurement in a fresh directory under the system's temporary directory.
 pub async fn run_failover(
     bins: &Binaries,
     cfg: &FailoverConfig,
-    mut on_kill: impl FnMut(usize, u64, u64),
+    mut on_kill: impl FnMut(&Kill),
 ) -> Result<FailoverReport, ChaosError> {
     let tmp = super::procs::WorkDir::new(cfg.work_dir.as_deref())?;
     let dir = tmp.path();
@@ -114,12 +127,17 @@ pub async fn run_failover(
         let Some(leader) = cluster.leader().await else {
             continue;
         };
-        let killed_at = Instant::now();
+        let (killed_at, at) = (Instant::now(), SystemTime::now());
         cluster.kill(leader);
         let served = wait_served(&probe, killed_at).await;
-        let ms = served.as_millis() as u64;
-        on_kill(k, leader, ms);
-        samples.push(ms);
+        let served_ms = served.as_millis() as u64;
+        on_kill(&Kill {
+            index: k,
+            leader,
+            at,
+            served_ms,
+        });
+        samples.push(served_ms);
         cluster.launch(leader)?;
         if let Some((id, why)) = cluster.crashed() {
             return Err(ChaosError::process(format!("global-{id}"), why));

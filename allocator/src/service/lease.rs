@@ -123,7 +123,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
                 let g = *g;
                 Ok(Response::new(pb::ReportResponse {
                     lease: Some(self.signed(g.lease)),
-                    replacement: g.replacement.map(|l| self.signed(l)),
+                    replacement: g.replacement.map(|l| self.signed(*l)),
                     retry_after_ms: ms(g.retry_after_ns),
                     ..Default::default()
                 }))

@@ -143,7 +143,9 @@ pub struct Grant {
     pub added: u64,
     /// Set when the lease was under an older policy version: a new lease under the current
     /// version. The holder must stop spending `lease` and release it.
-    pub replacement: Option<Lease>,
+    /// Boxed: a grant is kept in its holder's slot for replaying a retry, and an inline
+    /// lease that is nearly always absent doubled what every key kept there.
+    pub replacement: Option<Box<Lease>>,
     /// When more credit was asked for and none could be added: how long until asking again
     /// could succeed (0 otherwise).
     #[serde(default)]

@@ -206,7 +206,9 @@ impl Ledger {
             });
             let lease = self.book.get(r.lease_id).expect("live").lease.clone();
             let replacement = match (&current, replace) {
-                (Some(params), true) => self.grant_replacement(key, r, params, now, leases_max)?,
+                (Some(params), true) => self
+                    .grant_replacement(key, r, params, now, leases_max)?
+                    .map(Box::new),
                 _ => None,
             };
             return Ok(Outcome::Granted(Box::new(Grant {

@@ -12,6 +12,9 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+/// Up to this many holders a key's vector grows one slot at a time.
+const EXACT_GROWTH_MAX: usize = 4;
+
 /// Holder id → what the ledger remembers of that holder on one key, in id order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Holders {
@@ -52,6 +55,12 @@ impl Holders {
         match self.find(&id) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, slot)),
             Err(i) => {
+                // Most keys keep one or two holders for good: room for exactly the next
+                // one, not the four a vector's first growth reserves. Past a few, the
+                // usual doubling keeps inserts cheap on keys shared by many holders.
+                if self.entries.len() < EXACT_GROWTH_MAX {
+                    self.entries.reserve_exact(1);
+                }
                 self.entries.insert(i, (id, slot));
                 None
             }

@@ -179,7 +179,7 @@ fn stale_version_gets_a_replacement_and_old_lease_closes() {
         priority: 0,
     });
     let g = granted(l.apply(Nanos(2), report).unwrap());
-    let new = g.replacement.expect("replacement under version 2");
+    let new = *g.replacement.expect("replacement under version 2");
     assert_eq!(new.policy_version, 2);
     assert_eq!(l.lease(old.lease_id).unwrap().state, LeaseState::Closing);
     assert!(l.conserved());

@@ -151,7 +151,7 @@ impl Grantor for LocalGrantor {
                 let g = *g;
                 Ok(pb::ReportResponse {
                     lease: Some(self.signed(g.lease)),
-                    replacement: g.replacement.map(|l| self.signed(l)),
+                    replacement: g.replacement.map(|l| self.signed(*l)),
                     retry_after_ms: g.retry_after_ns.div_ceil(1_000_000),
                     ..Default::default()
                 })

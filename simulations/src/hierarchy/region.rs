@@ -257,7 +257,7 @@ impl Region {
         // traffic is not starved while the old lease runs out. The old lease is never
         // reported on again; the root writes its remainder off at expiry (sub-leases of it
         // may still be spent until then, so it cannot be released with a final usage).
-        let lease = g.replacement.as_ref().unwrap_or(&g.lease);
+        let lease = g.replacement.as_deref().unwrap_or(&g.lease);
         let deadline_ns = sent_at.0 + lease.ttl_ms * 1_000_000;
         match &mut self.upstream {
             Some(up) if up.lease_id == lease.lease_id => {

@@ -291,6 +291,14 @@ impl Ledger {
             if let Some(slot) = acct.holders.get_mut(&rec.lease.holder_id) {
                 if slot.current == Some(lease_id) {
                     slot.current = None;
+                    // The holder gave up the lease its last answer was about, with a later
+                    // request: that answer can no longer be asked for again, and keeping it
+                    // (a whole lease) was the largest part of an idle key. The release's
+                    // small answer takes its place, so older requests stay refused as stale.
+                    if closed_as == ClosedAs::Released && request_id > slot.last_request_id {
+                        slot.last_request_id = request_id;
+                        slot.last_outcome = Some(outcome.clone());
+                    }
                 }
                 slot.last_seen = slot.last_seen.max(now);
             }

@@ -66,6 +66,40 @@ fn grant_is_capped_by_max_credit_and_retry_replays() {
 }
 
 #[test]
+fn a_release_supersedes_the_kept_grant_and_older_requests_stay_stale() {
+    let mut l = root();
+    let lease = granted(l.apply(Nanos(0), acquire("a", 300, 1)).unwrap()).lease;
+    let rel = Command::Release(Release {
+        holder_id: "a".into(),
+        lease_id: lease.lease_id,
+        final_used: 0,
+        request_id: 2,
+    });
+    l.apply(Nanos(SEC), rel).unwrap();
+    let slot = l.account("k").unwrap().holders.get("a").unwrap();
+    assert_eq!(slot.last_request_id, 2);
+    assert!(
+        matches!(slot.last_outcome, Some(Outcome::Released { .. })),
+        "the grant is no longer kept: {:?}",
+        slot.last_outcome
+    );
+    assert!(matches!(
+        l.apply(Nanos(SEC), acquire("a", 300, 1)),
+        Err(LedgerError::StaleRequest {
+            request_id: 1,
+            last: 2
+        })
+    ));
+    let again = granted(l.apply(Nanos(SEC), acquire("a", 300, 3)).unwrap());
+    assert_ne!(again.lease.lease_id, lease.lease_id);
+    assert_eq!(
+        granted(l.apply(Nanos(SEC), acquire("a", 300, 3)).unwrap()),
+        again,
+        "the new acquire replays"
+    );
+}
+
+#[test]
 fn reserve_is_kept_for_high_priority() {
     let mut l = root();
     granted(l.apply(Nanos(0), acquire("a", 500, 1)).unwrap());

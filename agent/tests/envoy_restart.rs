@@ -7,9 +7,9 @@ use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use support::rls::{desc, request, Rls};
-use support::{agent, free_addr, Running};
+use support::{agent, away_from_the_hour, free_addr, stop, Running};
 
 const RULE: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    \
                     rate_limit: {unit: hour, requests_per_unit: 3}\n";
@@ -55,39 +55,9 @@ async fn hit(c: &mut Rls, tenant: &str) -> Code {
     Code::try_from(r.overall_code).unwrap()
 }
 
-/// Ends the process (SIGTERM, or SIGKILL with `kill -9`) and waits for it, polling so
-/// that the test's runtime keeps running and its dropped connections close (the agent
-/// drains open connections before it saves and exits).
-async fn stop(mut running: Running, signal: &str) {
-    let pid = running.0.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while running.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the agent did not stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits out the end of the UNIX hour if it is less than a minute away, so that the test's
-/// requests share one window.
-async fn away_from_the_hour() {
-    let s = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let left = 3_600 - s % 3_600;
-    if left < 60 {
-        tokio::time::sleep(Duration::from_secs(left + 1)).await;
-    }
-}
-
 #[tokio::test]
 async fn window_counts_survive_a_restart_with_a_state_file() {
-    away_from_the_hour().await;
+    away_from_the_hour(60).await;
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("edge.yaml");
     std::fs::write(&config, RULE).unwrap();

@@ -10,8 +10,8 @@ mod support;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime};
-use support::{agent, free_addr, Running};
+use std::time::{Duration, Instant};
+use support::{agent, away_from_the_hour, free_addr, stop, Running};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Each policy's id and algorithm fields; each admits 3 per key.
@@ -122,37 +122,9 @@ async fn ready(http: SocketAddr) {
     }
 }
 
-/// Ends the process (SIGTERM, or SIGKILL with `kill -9`) and waits for it.
-async fn stop(mut running: Running, signal: &str) {
-    let pid = running.0.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while running.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the agent did not stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits out the end of the UNIX hour if it is less than two minutes away, so that the
-/// test's requests share one window (and one year).
-async fn away_from_the_hour() {
-    let s = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let left = 3_600 - s % 3_600;
-    if left < 120 {
-        tokio::time::sleep(Duration::from_secs(left + 1)).await;
-    }
-}
-
 #[tokio::test]
 async fn every_local_limiter_survives_a_restart_with_a_state_file() {
-    away_from_the_hour().await;
+    away_from_the_hour(120).await;
     let dir = tempfile::tempdir().unwrap();
     let http = free_addr();
 

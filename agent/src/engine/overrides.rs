@@ -50,14 +50,16 @@ impl Engine {
         keys: &[&str],
         limit: EnvoyLimit,
     ) -> Result<OverrideRule, OverrideError> {
-        if !self.rules.load().envoy.has_domain(domain) {
+        let rules = self.rules.load();
+        if !rules.envoy.has_domain(domain) {
             return Ok(OverrideRule::UnknownDomain);
         }
         if limit.requests_per_unit == 0 {
             return Ok(OverrideRule::AlwaysOverLimit);
         }
         let id = override_policy_id(domain, keys, limit);
-        if self.rules.load().policy(&id).is_none() {
+        if rules.policy(&id).is_none() {
+            drop(rules);
             self.install_override(domain, keys, limit)?;
         }
         Ok(OverrideRule::Policy(id))

@@ -25,6 +25,36 @@ impl Drop for Running {
     }
 }
 
+/// Ends the process (SIGTERM, or SIGKILL with `kill -9`) and waits for it, polling so
+/// that the test's runtime keeps running and its dropped connections close (the agent
+/// drains open connections before it saves and exits).
+pub async fn stop(mut running: Running, signal: &str) {
+    let pid = running.0.id().to_string();
+    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while running.0.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not stop"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits out the end of the UNIX hour if it is less than `margin_s` seconds away, so that
+/// a test's requests share one hour's windows.
+pub async fn away_from_the_hour(margin_s: u64) {
+    let s = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let left = 3_600 - s % 3_600;
+    if left < margin_s {
+        tokio::time::sleep(std::time::Duration::from_secs(left + 1)).await;
+    }
+}
+
 /// The agent binary with `args`, without backtraces in its error output.
 pub fn agent(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-agent"));

@@ -1,6 +1,7 @@
 //! Forwarding exact decisions (`enforcement: exact`) to the allocator that owns the policy.
 //!
-//! A request whose dimensions include exact policies costs one Decide call: the engine
+//! A request whose dimensions include exact policies costs one decision at the allocator
+//! (the decisions of concurrent requests share calls, [`CoalescingGrantor`]): the engine
 //! names the keys ([`Engine::exact_asks`]), the allocator's leader admits or refuses them
 //! all in one replicated command, and the engine decides the whole request with those
 //! verdicts ([`Engine::admit_decided`]). A call that does not answer within
@@ -12,7 +13,7 @@
 //! engine.
 
 use crate::engine::{AdmitRequest, Decision, Engine, ExactAsk, ExactVerdict, ExactVerdicts};
-use leasehold_client::{Grantor, GrantorError};
+use leasehold_client::{CoalesceLimits, CoalescingGrantor, Grantor, GrantorError};
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,8 +85,13 @@ impl ExactGate {
         holder_id: impl Into<String>,
         decide_timeout_ms: u64,
     ) -> Self {
-        self.grantor = Some(grantor);
         self.holder_id = holder_id.into();
+        // Concurrent requests' decisions share calls; refunds pass straight through.
+        self.grantor = Some(Arc::new(CoalescingGrantor::new(
+            grantor,
+            self.holder_id.clone(),
+            CoalesceLimits::default(),
+        )));
         self.timeout = Duration::from_millis(decide_timeout_ms.max(1));
         self
     }

@@ -2,18 +2,21 @@
 //! mutual TLS, as agents make them (the Decide call of the lease service).
 //!
 //! `cargo bench -p leasehold-allocator --bench exact_decisions -- [--seconds S] [--clients N]
-//! [--keys K]`
+//! [--keys K] [--agents A] [--agent-calls C]`
 //!
 //! Three nodes of the allocator server run in this process on loopback, each with its own
 //! sled directory (every log append fsynced), with certificates from a fresh development
-//! PKI. `--clients` concurrent callers, each an agent identity's gRPC client following the
-//! leader, decide one unit on one of `--keys` keys of an exact policy large enough never to
-//! refuse. Reports decisions/s and the latency of each decision (p50, p99, max).
+//! PKI. `--clients` concurrent callers decide one unit each on one of `--keys` keys of an
+//! exact policy large enough never to refuse, one decision after another. The callers are
+//! shared out over `--agents` agents, each with its own connection following the leader and
+//! sending the decisions that wait together in one call, at most `--agent-calls` (default 4,
+//! the agent's) calls at once, as the agent does (`CoalescingGrantor`); with `--agents 0` every decision is its own Decide call on one
+//! shared connection. Reports decisions/s and the latency of each decision (p50, p99, max).
 
 mod load;
 
 use leasehold_allocator::config::AllocatorConfig;
-use leasehold_client::{Grantor, RemoteGrantor};
+use leasehold_client::{CoalesceLimits, CoalescingGrantor, Grantor, RemoteGrantor};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{
@@ -105,7 +108,7 @@ async fn apply_policy(pki: &DevPki, addrs: &[String]) {
 
 /// Decides one unit on key `c % keys` until stopped; the latency of each admitted one.
 async fn caller(
-    grantor: Arc<RemoteGrantor>,
+    grantor: Arc<dyn Grantor>,
     c: u64,
     keys: u64,
     stop: Arc<AtomicBool>,
@@ -139,6 +142,11 @@ async fn main() {
     let seconds = arg("--seconds", 10);
     let clients = arg("--clients", 256);
     let keys = arg("--keys", 1_000).max(1);
+    let agents = arg("--agents", 4);
+    let limits = CoalesceLimits {
+        batches_in_flight_max: arg("--agent-calls", 4) as usize,
+        ..CoalesceLimits::default()
+    };
     let dir = tempfile::tempdir().unwrap();
     let spec = PkiSpec::local(&["global-1", "global-2", "global-3"], &["bench"], &["ops"]);
     let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
@@ -146,29 +154,41 @@ async fn main() {
     let (addrs, stops) = start_cluster(dir.path());
     apply_policy(&pki, &addrs).await;
 
-    let grantor = Arc::new(RemoteGrantor::new(
-        channels(&pki, Role::Agent, "bench"),
-        addrs.clone(),
-        3,
-    ));
-    // Warm up: find the leader and open the connection.
-    let warm = caller(
-        Arc::clone(&grantor),
-        0,
-        keys,
-        Arc::new(AtomicBool::new(false)),
-    );
-    let _ = tokio::time::timeout(Duration::from_millis(500), warm).await;
+    let remote = || -> Arc<dyn Grantor> {
+        Arc::new(RemoteGrantor::new(
+            channels(&pki, Role::Agent, "bench"),
+            addrs.clone(),
+            3,
+        ))
+    };
+    let grantors: Vec<Arc<dyn Grantor>> = match agents {
+        0 => vec![remote()],
+        n => (0..n)
+            .map(|_| {
+                let agent = CoalescingGrantor::new(remote(), "bench".into(), limits.clone());
+                Arc::new(agent) as Arc<dyn Grantor>
+            })
+            .collect(),
+    };
+    // Warm up: find the leader and open each connection.
+    for g in &grantors {
+        let warm = caller(Arc::clone(g), 0, keys, Arc::new(AtomicBool::new(false)));
+        let _ = tokio::time::timeout(Duration::from_millis(300), warm).await;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let latencies = Latencies::run(seconds, Arc::clone(&stop), || {
         (0..clients)
-            .map(|c| tokio::spawn(caller(Arc::clone(&grantor), c, keys, Arc::clone(&stop))))
+            .map(|c| {
+                let g = Arc::clone(&grantors[c as usize % grantors.len()]);
+                tokio::spawn(caller(g, c, keys, Arc::clone(&stop)))
+            })
             .collect()
     })
     .await;
     println!(
-        "3-node cluster over mutual TLS, fsync on append, {clients} callers, {keys} keys, {seconds} s"
+        "3-node cluster over mutual TLS, fsync on append, {clients} callers over {agents} \
+         agents, {keys} keys, {seconds} s"
     );
     latencies.print("decision");
     for s in stops {

@@ -12,7 +12,7 @@ use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
 use crate::state::AllocatorState;
 use crate::upstream::mirror::{run_mirror, MirrorConfig};
 use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
-use leasehold_client::RemoteGrantor;
+use leasehold_client::{CoalesceLimits, CoalescingGrantor, RemoteGrantor};
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
@@ -147,8 +147,14 @@ pub async fn run(
         Some(upstream_link(&cfg)?)
     };
     if let Some(up) = &upstream {
+        // The decisions a region forwards at once go up in shared calls.
+        let grantor = CoalescingGrantor::new(
+            up.grantor.clone(),
+            up.config.holder_id.clone(),
+            CoalesceLimits::default(),
+        );
         lease = lease.with_upstream(UpstreamDecider {
-            grantor: up.grantor.clone(),
+            grantor: Arc::new(grantor),
             holder_id: up.config.holder_id.clone(),
         });
     }

@@ -10,7 +10,7 @@ use super::convert::{ledger_status, replica_status};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_client::wire::{decide_items, decided_to_pb};
-use leasehold_client::{Grantor, GrantorError};
+use leasehold_client::{batch_outcome, Grantor, GrantorError, DECIDE_BATCH_REQUESTS_MAX};
 use leasehold_common::ledger::{Command, Decide, Outcome, Refund, DECIDE_ITEMS_MAX};
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
@@ -60,6 +60,40 @@ impl<R: Replica<AllocatorState>> Decider<R> {
             Outcome::Decided(d) => Ok(decided_to_pb(&d)),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
+    }
+
+    /// Decides each request as `decide` would, all proposed at once so that they share log
+    /// entries. When none could be decided the call fails as the first did (so a caller
+    /// following the leader moves on); otherwise each request carries its own answer.
+    pub(super) async fn decide_batch(
+        &self,
+        r: pb::DecideBatchRequest,
+    ) -> Result<pb::DecideBatchResponse, Status> {
+        check_batch(&r)?;
+        let holder_id = r.holder_id;
+        let calls = r.requests.into_iter().map(|one| {
+            self.decide(pb::DecideRequest {
+                holder_id: holder_id.clone(),
+                ..one
+            })
+        });
+        let answers = futures_util::future::join_all(calls).await;
+        if let Some(Err(first)) = answers.first() {
+            if answers.iter().all(Result::is_err) {
+                return Err(first.clone());
+            }
+        }
+        let outcomes = answers
+            .into_iter()
+            .map(|a| {
+                a.map_err(|s| GrantorError::Refused {
+                    code: s.code(),
+                    message: s.message().to_string(),
+                })
+            })
+            .map(batch_outcome)
+            .collect();
+        Ok(pb::DecideBatchResponse { outcomes })
     }
 
     pub(super) async fn refund(&self, r: pb::RefundRequest) -> Result<pb::RefundResponse, Status> {
@@ -137,6 +171,27 @@ fn check_items(items: &[pb::DecideItem]) -> Result<(), Status> {
         return Err(Status::invalid_argument(format!(
             "items: {} given; a decision names 1 to {DECIDE_ITEMS_MAX}",
             items.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_batch(r: &pb::DecideBatchRequest) -> Result<(), Status> {
+    let n = r.requests.len();
+    if n == 0 || n > DECIDE_BATCH_REQUESTS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "requests: {n} given; a batch carries 1 to {DECIDE_BATCH_REQUESTS_MAX}"
+        )));
+    }
+    if let Some((i, other)) = r
+        .requests
+        .iter()
+        .enumerate()
+        .find(|(_, q)| !q.holder_id.is_empty() && q.holder_id != r.holder_id)
+    {
+        return Err(Status::invalid_argument(format!(
+            "requests[{i}].holder_id: '{}' differs from the batch's '{}'",
+            other.holder_id, r.holder_id
         )));
     }
     Ok(())

@@ -165,6 +165,15 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
         Ok(Response::new(decided))
     }
 
+    async fn decide_batch(
+        &self,
+        req: Request<pb::DecideBatchRequest>,
+    ) -> Result<Response<pb::DecideBatchResponse>, Status> {
+        holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
+        let decided = self.decider.decide_batch(req.into_inner()).await?;
+        Ok(Response::new(decided))
+    }
+
     async fn refund(
         &self,
         req: Request<pb::RefundRequest>,

@@ -47,6 +47,28 @@ pub trait Grantor: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(no_exact())))
     }
 
+    /// Decides several independent requests in one call; each answer is what `decide`
+    /// would have given for its request. Without a batch call of its own, a grantor
+    /// decides them one by one.
+    fn decide_batch(
+        &self,
+        req: pb::DecideBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::DecideBatchResponse, GrantorError>> {
+        Box::pin(async move {
+            let holder_id = req.holder_id;
+            let calls = req.requests.into_iter().map(|mut one| {
+                one.holder_id = holder_id.clone();
+                self.decide(one)
+            });
+            let outcomes = futures_util::future::join_all(calls)
+                .await
+                .into_iter()
+                .map(batch_outcome)
+                .collect();
+            Ok(pb::DecideBatchResponse { outcomes })
+        })
+    }
+
     /// Gives back what an admitted decision charged.
     fn refund(
         &self,
@@ -66,6 +88,31 @@ pub trait Grantor: Send + Sync + 'static {
     fn watch(&self, _req: pb::WatchRequest) -> BoxFuture<'_, Result<WatchStream, GrantorError>> {
         let never: WatchStream = Box::pin(tokio_stream::pending());
         Box::pin(std::future::ready(Ok(never)))
+    }
+}
+
+/// One decision's answer as a batch carries it.
+pub fn batch_outcome(answer: Result<pb::DecideResponse, GrantorError>) -> pb::DecideBatchOutcome {
+    use pb::decide_batch_outcome::Outcome;
+    let outcome = match answer {
+        Ok(d) => Outcome::Decided(d),
+        Err(e) => {
+            let (code, message) = match e {
+                GrantorError::Refused { code, message } => (code, message),
+                GrantorError::Unreachable(m) => (tonic::Code::Unavailable, m),
+                GrantorError::StaleRequest { last } => (
+                    tonic::Code::FailedPrecondition,
+                    format!("stale request (last {last})"),
+                ),
+            };
+            Outcome::Failed(pb::DecideFailure {
+                code: code as i32,
+                message,
+            })
+        }
+    };
+    pb::DecideBatchOutcome {
+        outcome: Some(outcome),
     }
 }
 

@@ -4,17 +4,20 @@
 //!
 //! [`Grantor`] is the protocol; [`RemoteGrantor`] reaches an allocator cluster over gRPC
 //! (following the leader a follower names, skipping nodes that cannot be reached), and
-//! [`LocalGrantor`] is a root ledger in the same process. [`wire`] converts leases and
+//! [`LocalGrantor`] is a root ledger in the same process; [`CoalescingGrantor`] sends the exact
+//! decisions that wait together in one call. [`wire`] converts leases and
 //! decisions between the ledger's form and the protocol's.
 //!
 //! What a holder does with its leases (credit slots, renewals, a state file) is its own
 //! business and lives with the holder.
 
+mod coalesce;
 mod grantor;
 mod local;
 mod remote;
 pub mod wire;
 
-pub use grantor::{BoxFuture, Grantor, GrantorError, WatchStream};
+pub use coalesce::{CoalesceLimits, CoalescingGrantor, DECIDE_BATCH_REQUESTS_MAX};
+pub use grantor::{batch_outcome, BoxFuture, Grantor, GrantorError, WatchStream};
 pub use local::LocalGrantor;
 pub use remote::RemoteGrantor;

@@ -98,7 +98,7 @@ impl RemoteGrantor {
 /// caller may not, the request is invalid) rather than a failure to get one: a connection
 /// cut mid-call surfaces as `Unknown`, `Cancelled` or `Internal`, and must not make a
 /// holder drop a lease it may still spend.
-fn is_answer(code: tonic::Code) -> bool {
+pub(crate) fn is_answer(code: tonic::Code) -> bool {
     use tonic::Code::*;
     matches!(
         code,
@@ -152,6 +152,16 @@ impl Grantor for RemoteGrantor {
         Box::pin(self.call(move |mut c| {
             let r = r.clone();
             async move { c.decide(r).await }
+        }))
+    }
+
+    fn decide_batch(
+        &self,
+        r: pb::DecideBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::DecideBatchResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.decide_batch(r).await }
         }))
     }
 

@@ -99,6 +99,13 @@ impl LeaseService for StandIn {
     ) -> Result<Response<pb::RefundResponse>, Status> {
         Err(Status::unimplemented("refund"))
     }
+
+    async fn decide_batch(
+        &self,
+        _: Request<pb::DecideBatchRequest>,
+    ) -> Result<Response<pb::DecideBatchResponse>, Status> {
+        Err(Status::unimplemented("decide_batch"))
+    }
 }
 
 /// A running stand-in node: its address and how many acquires reached it.

@@ -105,6 +105,10 @@
 //!   The policy's *capacity* is `burst` (bucket, GCRA), `rate.units` (windows),
 //!   `calendar.units` or `max_in_flight`. The largest cost (`cost.default` and every
 //!   `cost.routes` entry) must fit in it, or such requests could never be admitted.
+//! * **`shape`** (none) — `{ max_delay }`, positive and at most `60s`: a request the
+//!   limit would refuse now, whose units are available within `max_delay`, is admitted
+//!   and charged now with a delay to wait first. Refused for `concurrency`,
+//!   `calendar_quota` and `enforcement: exact`. See `docs/policy.md`, "Shaping".
 //! * **`scope`** (`global`) — which level owns the root bucket: `global`, `region`,
 //!   `cell` or `process`.
 //! * **`failure`** (`{ mode: cached_lease }`) — behaviour while the upstream grantor is
@@ -155,7 +159,7 @@ pub use diff::{diff, FieldChange};
 pub use error::{FieldError, FieldErrors, PolicyError, Problem};
 pub use model::{
     Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Enforcement,
-    Failure, FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope,
+    Failure, FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope, Shape,
     VALUE_LEN_MAX_DEFAULT,
 };
 pub use set::{
@@ -167,7 +171,7 @@ pub use validate::{
     is_valid_dimension_name, is_valid_policy_id, COST_ROUTES_MAX, DESCRIPTION_LEN_MAX,
     DIMENSIONS_MAX, DIMENSION_VALUES_MAX, DIMENSION_VALUE_LEN_LIMIT, LEASE_TTL_MAX, LEASE_TTL_MIN,
     MAX_IN_FLIGHT_LIMIT, NAME_LEN_MAX, POLICY_ID_LEN_MAX, PRIORITY_CLASSES_MAX,
-    PRIORITY_WEIGHT_MAX, RATE_PER_MAX, ROUTE_LEN_MAX,
+    PRIORITY_WEIGHT_MAX, RATE_PER_MAX, ROUTE_LEN_MAX, SHAPE_MAX_DELAY_LIMIT,
 };
 
 /// Longest policy document accepted, in bytes.

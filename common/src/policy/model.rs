@@ -30,6 +30,9 @@ pub struct Policy {
     pub calendar: Option<Calendar>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// Admit with a bounded delay instead of refusing when the units are available soon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Shape>,
     #[serde(default)]
     pub scope: Scope,
     /// How a budget beyond one process is enforced: leased credit (the default) or a
@@ -220,6 +223,14 @@ pub enum CalendarPeriod {
 #[serde(deny_unknown_fields)]
 pub struct Concurrency {
     pub max_in_flight: u64,
+}
+
+/// Shaping: a request the limit would refuse now, whose units are available within
+/// `max_delay`, is admitted and charged now with a delay to wait before it goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shape {
+    pub max_delay: HumanDuration,
 }
 
 /// Which level of the hierarchy owns the policy's root bucket.

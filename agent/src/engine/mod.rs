@@ -70,6 +70,7 @@ mod results;
 mod resume;
 mod rules;
 mod saved;
+mod shaped;
 mod spin;
 mod stats;
 mod stripes;
@@ -160,6 +161,8 @@ pub struct Engine {
     /// yet, or its last call found the grantor unreachable).
     grantor_answered_ns: AtomicU64,
     counters: EngineCounters,
+    /// Requests admitted with a delay and not departed yet, capped.
+    waiting: shaped::Waiting,
 }
 
 impl std::fmt::Debug for Engine {
@@ -203,6 +206,7 @@ impl EngineBuilder {
             acquire_rx: Mutex::new(Some(acquire_rx)),
             grantor_answered_ns: AtomicU64::new(0),
             counters: EngineCounters::new(self.start),
+            waiting: shaped::Waiting::new(self.limits.shaped_waiting_max),
         })
     }
 }
@@ -399,6 +403,20 @@ impl Engine {
             .sweep(at, |generation| live.contains(&generation))
     }
 
+    /// Requests admitted with a delay whose departure is after `now`.
+    pub fn shaped_waiting(&self, now: Nanos) -> usize {
+        self.waiting.count(now)
+    }
+
+    /// The request `decision` admitted with a delay has gone (its departure time came):
+    /// its place among the waiting requests is free now rather than when the engine next
+    /// notices the time. Nothing happens for a decision without delay.
+    pub fn shaped_departed(&self, decision: &Decision) {
+        if decision.delay_ns > 0 {
+            self.waiting.release(decision.departs_at);
+        }
+    }
+
     /// Keys in the key table now.
     pub fn key_count(&self) -> usize {
         self.table.len()
@@ -425,6 +443,9 @@ impl Engine {
             acquire_queue_full: c.load(Count::AcquireQueueFull),
             unknown_policy: c.load(Count::UnknownPolicy),
             zero_limit_denied: c.load(Count::ZeroLimitDenied),
+            shaped_admitted: c.load(Count::ShapedAdmitted),
+            shaped_waiting_full: c.load(Count::ShapedWaitingFull),
+            shaped_waiting_max: self.waiting.max(),
             keys: self.table.len(),
             keys_max: self.table.capacity(),
             evictions: self.table.evictions(),

@@ -256,3 +256,54 @@ async fn the_library_waits_until_the_departure() {
     assert!(delays.iter().flatten().all(|&d| d <= 80 * MS), "{delays:?}");
     assert!(delays.contains(&None), "{delays:?}");
 }
+
+fn engine_at(policies: Vec<Policy>, wall: jiff::Timestamp) -> Engine {
+    Engine::builder()
+        .start(Nanos::ZERO)
+        .wall_clock(move || wall)
+        .build(RuleSource::from_policies(policies))
+        .unwrap()
+}
+
+/// A state file taken while departures are scheduled puts the key's clock back where it
+/// was: the restarted agent schedules after them, never beside them.
+#[test]
+fn a_restart_keeps_the_departures_already_scheduled() {
+    let wall = jiff::Timestamp::from_second(1_772_323_200).unwrap();
+    let windowed = policy(
+        "id: win\ndimensions: [{name: tenant, required: true}]\n\
+         algorithm: fixed_window\nrate: {units: 2, per: 1s}\nscope: process\n\
+         shape: {max_delay: 500ms}\n",
+    );
+    let before = engine_at(vec![shaped("api"), windowed.clone()], wall);
+    let api = [Dimension::policy("api", ACME)];
+    let win = [Dimension::policy("win", ACME)];
+    // The bucket's next departure is at 100 ms; the window's third unit goes at 1 s, in
+    // the next window, which counts it.
+    let at = Nanos(800 * MS);
+    assert_eq!(delay_ms(&before.admit(&waiting(&api), at)), Some(0));
+    assert_eq!(delay_ms(&before.admit(&waiting(&api), at)), Some(100));
+    for expected in [Some(0), Some(0), Some(200)] {
+        assert_eq!(delay_ms(&before.admit(&waiting(&win), at)), expected);
+    }
+    let saved = before.saved_limiters(Nanos::ZERO, at);
+    assert_eq!(saved.len(), 2);
+
+    // Restarted at once, at the same UNIX instant (the new process's clock starts at 0).
+    let wall_at = wall
+        .checked_add(jiff::SignedDuration::from_millis(800))
+        .unwrap();
+    let after = engine_at(vec![shaped("api"), windowed], wall_at);
+    assert_eq!(after.restore_limiters(saved, Nanos::ZERO), 2);
+    assert!(!after.admit(&AdmitRequest::new(&api), Nanos::ZERO).allowed);
+    assert_eq!(
+        delay_ms(&after.admit(&waiting(&api), Nanos::ZERO)),
+        Some(200)
+    );
+    // One unit of the next window is scheduled already: one more fits there, then none.
+    assert_eq!(
+        delay_ms(&after.admit(&waiting(&win), Nanos::ZERO)),
+        Some(200)
+    );
+    assert_eq!(delay_ms(&after.admit(&waiting(&win), Nanos::ZERO)), None);
+}

@@ -102,7 +102,7 @@ pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
     EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,
     ACQUIRE_WAIT_MAX_NS_DEFAULT, ENVOY_KEY_LEN_MAX_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT,
-    SHARDS_DEFAULT,
+    SHAPED_WAITING_MAX_DEFAULT, SHARDS_DEFAULT,
 };
 pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,

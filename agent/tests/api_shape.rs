@@ -1,6 +1,9 @@
 //! Shaping through the agent's HTTP and native gRPC APIs over real sockets: a delay
 //! within `max_delay` is answered as allowed with `delay_ms`, beyond it as a refusal; a
-//! caller that does not accept a delay is refused as without shaping.
+//! caller that does not accept a delay is refused as without shaping; the binary's
+//! `--shaped-waiting-max`.
+
+mod support;
 
 use leasehold_agent::api::admit::AdmitServer;
 use leasehold_agent::api::http;
@@ -13,6 +16,8 @@ use leasehold_proto::leasehold::v1::admit_service_server::AdmitServiceServer;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{agent, free_addr, Running};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One unit every 10 s, shaped up to 15 s: the second request waits about 10 s, the third
@@ -142,4 +147,58 @@ async fn native_admit_answers_a_delay_then_refuses_beyond_max_delay() {
     assert!(!third.allowed, "{third:?}");
     assert_eq!(third.delay_ms, 0);
     assert!((1..=5_000).contains(&third.retry_after_ms), "{third:?}");
+}
+
+/// The `leasehold-agent` binary with a shaping policy and room for one waiting request:
+/// the second request waits about 10 s; the third, whose 20 s are within the policy's 30 s,
+/// is refused because the one place is taken, and counted.
+#[tokio::test]
+async fn the_binary_caps_the_requests_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("api.yaml");
+    std::fs::write(&file, SHAPED.replace("max_delay: 15s", "max_delay: 30s")).unwrap();
+    let http = free_addr();
+    let (grpc, http_s) = (free_addr().to_string(), http.to_string());
+    let args = [
+        "--standalone",
+        "--policy",
+        file.to_str().unwrap(),
+        "--grpc-addr",
+        &grpc,
+        "--http-addr",
+        &http_s,
+        "--shaped-waiting-max",
+        "1",
+    ];
+    let child = agent(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(http).await.is_err() {
+        assert!(Instant::now() < deadline, "the agent never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waits =
+        r#"{"dimensions":[{"policy":"api","entries":{"tenant":"acme"}}],"accept_delay":true}"#;
+    let (status, first) = http_post(http, waits).await;
+    assert_eq!((status, ms(&first, "delay_ms")), (200, 0), "{first}");
+    let (status, second) = http_post(http, waits).await;
+    assert_eq!(status, 200, "{second}");
+    assert!(
+        (5_000..=10_000).contains(&ms(&second, "delay_ms")),
+        "{second}"
+    );
+    let (status, third) = http_post(http, waits).await;
+    assert_eq!(status, 429, "the one waiting place is taken: {third}");
+    let metrics = http_get(http, "/metrics").await;
+    for line in [
+        "leasehold_agent_shaped_admitted_total 1\n",
+        "leasehold_agent_shaped_waiting_full_total 1\n",
+        "leasehold_agent_shaped_waiting_max 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 }

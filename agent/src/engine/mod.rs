@@ -19,6 +19,11 @@
 //!   per key in this process. Concurrency admissions hold units in the decision's
 //!   [`InFlight`] guard until it is dropped.
 //!
+//! **Shaping.** A local key of a policy with `shape` charges a request that accepts a delay
+//! ([`AdmitRequest::accept_delay`], one dimension only) at the earliest time within
+//! `max_delay` its units exist, answering [`Decision::delay_ns`]; at most
+//! `shaped_waiting_max` such requests wait at once (see `shaped`).
+//!
 //! Overrides, in order: the policy's kill switch admits everything (counted apart); an
 //! operator's [`Emergency`] (`fail_open`, `restricted`) replaces normal enforcement; shadow
 //! mode turns every refusal into `ShadowDenied`, admitted and uncharged.

@@ -151,6 +151,7 @@ mod error;
 mod model;
 pub mod nesting;
 mod set;
+mod shape;
 mod stored;
 mod units;
 mod validate;
@@ -159,19 +160,20 @@ pub use diff::{diff, FieldChange};
 pub use error::{FieldError, FieldErrors, PolicyError, Problem};
 pub use model::{
     Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Enforcement,
-    Failure, FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope, Shape,
+    Failure, FailureMode, LeaseParams, Mode, Policy, PriorityClass, RateSpec, Scope,
     VALUE_LEN_MAX_DEFAULT,
 };
 pub use set::{
     Applied, PolicySet, PolicySetError, PolicySetLimits, PolicyVersion, POLICIES_MAX_DEFAULT,
     VERSIONS_KEPT_MAX_DEFAULT,
 };
+pub use shape::{Shape, SHAPE_MAX_DELAY_LIMIT};
 pub use units::{HumanDuration, Ppm, PPM_ONE};
 pub use validate::{
     is_valid_dimension_name, is_valid_policy_id, COST_ROUTES_MAX, DESCRIPTION_LEN_MAX,
     DIMENSIONS_MAX, DIMENSION_VALUES_MAX, DIMENSION_VALUE_LEN_LIMIT, LEASE_TTL_MAX, LEASE_TTL_MIN,
     MAX_IN_FLIGHT_LIMIT, NAME_LEN_MAX, POLICY_ID_LEN_MAX, PRIORITY_CLASSES_MAX,
-    PRIORITY_WEIGHT_MAX, RATE_PER_MAX, ROUTE_LEN_MAX, SHAPE_MAX_DELAY_LIMIT,
+    PRIORITY_WEIGHT_MAX, RATE_PER_MAX, ROUTE_LEN_MAX,
 };
 
 /// Longest policy document accepted, in bytes.

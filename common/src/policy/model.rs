@@ -1,5 +1,6 @@
 //! The policy document's types. The format is described in the [module docs](super).
 
+use super::shape::Shape;
 use super::units::{HumanDuration, Ppm};
 use crate::rate::{Rate, RateError};
 use serde::{Deserialize, Serialize};
@@ -223,14 +224,6 @@ pub enum CalendarPeriod {
 #[serde(deny_unknown_fields)]
 pub struct Concurrency {
     pub max_in_flight: u64,
-}
-
-/// Shaping: a request the limit would refuse now, whose units are available within
-/// `max_delay`, is admitted and charged now with a delay to wait before it goes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Shape {
-    pub max_delay: HumanDuration,
 }
 
 /// Which level of the hierarchy owns the policy's root bucket.

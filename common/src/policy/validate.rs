@@ -42,10 +42,6 @@ pub const MAX_IN_FLIGHT_LIMIT: u64 = 1_000_000;
 /// for leases.
 pub const LEASED_WINDOW_MIN: HumanDuration = HumanDuration::from_secs(1);
 
-/// Longest `shape.max_delay`: a caller holding a request longer than this is queueing,
-/// which belongs to backpressure rather than to a limiter.
-pub const SHAPE_MAX_DELAY_LIMIT: HumanDuration = HumanDuration::from_secs(60);
-
 const ID_RULE: &str = "use 1 to 64 of a-z, 0-9 and '-'";
 const DIMENSION_RULE: &str = "use 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'";
 
@@ -72,7 +68,7 @@ impl Policy {
         check_scope(self, &mut c);
         check_capacity(self, &mut c);
         check_failure(self, &mut c);
-        check_shape(self, &mut c);
+        super::shape::check(self, &mut c);
         check_lease(self, &mut c);
         check_priority_classes(self, &mut c);
         c.finish()
@@ -400,53 +396,6 @@ fn check_emergency_rate(p: &Policy, emergency: &RateSpec, c: &mut Collector) {
 
 fn not(when: String) -> String {
     when.replace(" is ", " is not ")
-}
-
-/// A delay is honoured only where this process schedules the units itself: the algorithm
-/// must have a time at which refused units become available, and the decision must be
-/// made here rather than by an allocator.
-fn check_shape(p: &Policy, c: &mut Collector) {
-    let Some(shape) = p.shape else {
-        return;
-    };
-    let delay = shape.max_delay;
-    if delay.as_ns() == 0 {
-        c.push("shape.max_delay", Problem::MustBePositive);
-    } else if delay > SHAPE_MAX_DELAY_LIMIT {
-        let range = format!("(0, {SHAPE_MAX_DELAY_LIMIT}]");
-        c.push("shape.max_delay", out_of_range(delay, range));
-    }
-    let unsupported = |when: String, instead: &str| Problem::Unsupported {
-        value: "shape".into(),
-        when,
-        instead: instead.into(),
-    };
-    match p.algorithm {
-        Algorithm::Concurrency => c.push(
-            "shape",
-            unsupported(
-                "for algorithm concurrency".into(),
-                "units in flight come back when requests end, not at a time a delay could wait for",
-            ),
-        ),
-        Algorithm::CalendarQuota => c.push(
-            "shape",
-            unsupported(
-                "for algorithm calendar_quota".into(),
-                "a spent quota comes back at the next calendar period, far beyond any delay",
-            ),
-        ),
-        _ => {}
-    }
-    if p.enforcement == Enforcement::Exact {
-        c.push(
-            "shape",
-            unsupported(
-                "with enforcement exact".into(),
-                "the allocator decides each request now; remove shape or use enforcement: leased",
-            ),
-        );
-    }
 }
 
 fn check_lease(p: &Policy, c: &mut Collector) {

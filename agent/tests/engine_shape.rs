@@ -307,3 +307,52 @@ fn a_restart_keeps_the_departures_already_scheduled() {
     );
     assert_eq!(delay_ms(&after.admit(&waiting(&win), Nanos::ZERO)), None);
 }
+
+/// Threads racing on one key, each reading a shared clock that its peers move on: every
+/// departure is still within the bound and no delay above `max_delay`.
+#[test]
+fn racing_threads_depart_within_the_bound() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let e = engine_with(vec![shaped("api")], 64);
+    let clock = AtomicU64::new(1_000 * MS);
+    let departures: Vec<Nanos> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let dims = [Dimension::policy("api", ACME)];
+                    let mut out = Vec::new();
+                    for _ in 0..300 {
+                        let now = Nanos(clock.fetch_add(MS, Ordering::Relaxed));
+                        let d = e.admit(&waiting(&dims), now);
+                        if d.allowed {
+                            assert!(d.delay_ns <= 250 * MS, "delay {}", d.delay_ns);
+                            out.push(now.saturating_add_ns(d.delay_ns));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let mut departures = departures;
+    departures.sort();
+    // 10 per second, burst 1: any `n` departures span at least `(n − 1) × 100 ms`.
+    for pair in departures.windows(2) {
+        assert!(
+            pair[1].saturating_since(pair[0]) >= 100 * MS,
+            "{:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    // 1 200 ms of arrivals plus up to 250 ms of delay: 12 to 15 units.
+    assert!(
+        (12..=15).contains(&departures.len()),
+        "{}",
+        departures.len()
+    );
+}

@@ -9,4 +9,5 @@ pub mod exact;
 pub mod lease;
 pub mod limiter_store;
 pub mod reload;
+pub mod shaping;
 mod sync;

@@ -4,7 +4,7 @@
 use leasehold_common::policy::{
     Algorithm, Calendar, CalendarPeriod, Concurrency, Cost, CostUnit, Dimension, Enforcement,
     Failure, FailureMode, HumanDuration, LeaseParams, Mode, Policy, PolicySet, PolicySetLimits,
-    PolicyVersion, Ppm, PriorityClass, RateSpec, Scope,
+    PolicyVersion, Ppm, PriorityClass, RateSpec, Scope, Shape,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::option;
@@ -189,13 +189,16 @@ prop_compose! {
             scope(),
         ),
         (failure, shadow, effective_at, kill_switch) in (failure(), any::<bool>(), option::of(timestamp()), any::<bool>()),
-        exact in any::<bool>(),
+        (exact, shape) in (
+            any::<bool>(),
+            option::of(any::<u64>().prop_map(|ns| Shape { max_delay: HumanDuration::from_ns(ns) })),
+        ),
         (lease, priority_classes) in (lease(), vec(priority_class(), 0..3)),
         ratelimit in option::of(ratelimit()),
     ) -> Policy {
         Policy {
             id, description, dimensions, key, cost, algorithm, rate, burst, calendar, concurrency,
-            scope,
+            shape, scope,
             enforcement: if exact { Enforcement::Exact } else { Enforcement::Leased },
             failure,
             mode: if shadow { Mode::Shadow } else { Mode::Enforce },

@@ -314,3 +314,40 @@ fn errors_are_typed() {
     assert_eq!(fields[0].path, "rate.units");
     assert_eq!(fields[0].problem, Problem::MustBePositive);
 }
+
+#[test]
+fn shape_rules() {
+    let ok = Policy::from_yaml(&format!(
+        "{BASE}scope: process\nshape: {{ max_delay: 250ms }}\n"
+    ))
+    .unwrap();
+    assert_eq!(ok.shape.unwrap().max_delay.as_ns(), 250_000_000);
+    assert_rejects(
+        &format!("{BASE}shape: {{ max_delay: 0ms }}\n"),
+        "shape.max_delay: must be positive",
+    );
+    assert_rejects(
+        &format!("{BASE}shape: {{ max_delay: 61s }}\n"),
+        "shape.max_delay: 61s is outside (0, 1m]",
+    );
+    assert_rejects(
+        "id: a\nalgorithm: concurrency\nconcurrency: {max_in_flight: 2}\nscope: process\nshape: {max_delay: 1s}\n",
+        "shape: shape cannot be honoured for algorithm concurrency: units in flight come back \
+         when requests end, not at a time a delay could wait for",
+    );
+    assert_rejects(
+        "id: a\nalgorithm: calendar_quota\ncalendar: {period: day, units: 5}\nshape: {max_delay: 1s}\n",
+        "shape: shape cannot be honoured for algorithm calendar_quota: a spent quota comes back \
+         at the next calendar period, far beyond any delay",
+    );
+    assert_rejects(
+        &format!("{BASE}enforcement: exact\nshape: {{ max_delay: 1s }}\n"),
+        "shape: shape cannot be honoured with enforcement exact: the allocator decides each \
+         request now; remove shape or use enforcement: leased",
+    );
+    // A field of `shape` other than `max_delay` is a YAML error naming it.
+    match Policy::from_yaml(&format!("{BASE}shape: {{ max_wait: 1s }}\n")) {
+        Err(PolicyError::Yaml(message)) => assert!(message.contains("max_wait"), "{message}"),
+        other => panic!("expected a YAML error, got {other:?}"),
+    }
+}

@@ -86,6 +86,7 @@ fn request_of<'a>(
     let mut admit = AdmitRequest::new(dims);
     admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
     admit.priority = priority;
+    admit.accept_delay = r.accept_delay;
     admit
 }
 
@@ -155,6 +156,8 @@ impl AdmitService for AdmitServer {
             decision_id,
             retry_after_ms: d.retry_after_ns.div_ceil(1_000_000),
             results,
+            // Rounded up: a caller waiting the whole milliseconds never goes early.
+            delay_ms: d.delay_ns.div_ceil(1_000_000),
         }))
     }
 }

@@ -43,6 +43,9 @@ struct AdmitBody {
     priority: u8,
     #[serde(default)]
     bytes: Option<u64>,
+    /// The caller waits `delay_ms` before sending, so a shaping policy may admit with one.
+    #[serde(default)]
+    accept_delay: bool,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -190,6 +193,7 @@ fn request_of<'a>(body: &'a AdmitBody, dims: &'a [Dimension<'a>]) -> AdmitReques
     req.route = body.route.as_deref();
     req.priority = body.priority;
     req.bytes = body.bytes;
+    req.accept_delay = body.accept_delay;
     req
 }
 
@@ -239,6 +243,8 @@ fn respond(d: &Decision) -> Response {
         "decision_id": format!("{:016x}", d.decision_id),
         "reason": d.denial.map(|x| format!("{:?}", x.reason).to_lowercase()),
         "retry_after_ms": d.retry_after_ns.div_ceil(1_000_000),
+        // Rounded up: a caller waiting the whole milliseconds never goes early.
+        "delay_ms": d.delay_ns.div_ceil(1_000_000),
         "results": results,
     });
     if d.allowed {

@@ -66,7 +66,7 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
         }
     }
     let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let engine: [(&str, &str, u64); 13] = [
+    let engine: [(&str, &str, u64); 16] = [
         (
             "decisions_total",
             "Admission decisions made.",
@@ -98,6 +98,21 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
             stats.evictions,
         ),
         ("keys", "Keys held in the key table.", stats.keys as u64),
+        (
+            "shaped_admitted_total",
+            "Requests a shaping policy admitted with a delay.",
+            stats.shaped_admitted,
+        ),
+        (
+            "shaped_waiting_full_total",
+            "Requests a shaping policy refused because shaped_waiting_max requests were waiting.",
+            stats.shaped_waiting_full,
+        ),
+        (
+            "shaped_waiting_max",
+            "Most requests admitted with a delay that may wait at once.",
+            stats.shaped_waiting_max as u64,
+        ),
         (
             "clock_rollbacks_total",
             "Clock readings behind the last one, clamped.",

@@ -142,6 +142,9 @@ struct Args {
     /// Most keys waiting for a first lease [default: 16384].
     #[arg(long)]
     acquire_waiting_max: Option<usize>,
+    /// Most requests admitted with a delay waiting at once; 0 turns shaping off [default: 1024].
+    #[arg(long)]
+    shaped_waiting_max: Option<usize>,
     /// Count hits envoyproxy/ratelimit rules refuse, as that service does [default: true].
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     ratelimit_count_denied: Option<bool>,
@@ -182,6 +185,7 @@ impl Args {
             ratelimit_count_denied: self.ratelimit_count_denied,
             acquire_rate_max_per_s: self.acquire_rate_max_per_s,
             acquire_waiting_max: self.acquire_waiting_max,
+            shaped_waiting_max: self.shaped_waiting_max,
         };
         (self.config, overrides)
     }
@@ -303,6 +307,7 @@ async fn run() -> Result<()> {
             .start(clock.now())
             .limits(EngineLimits {
                 envoy_key_len_max: cfg.ratelimit_key_len_max,
+                shaped_waiting_max: cfg.shaped_waiting_max,
                 ..EngineLimits::default()
             })
             .envoy_count_denied(cfg.ratelimit_count_denied)

@@ -17,6 +17,7 @@
 //! ratelimit_count_denied: true       # refused hits count in their window, as that service's
 //! acquire_rate_max_per_s: 2000       # first leases asked of the allocator per second
 //! acquire_waiting_max: 16384         # keys waiting for a first lease
+//! shaped_waiting_max: 1024           # requests admitted with a delay, not yet departed
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -36,6 +37,9 @@ pub const ACQUIRE_RATE_MAX_PER_S_DEFAULT: u64 = 2_000;
 pub const ACQUIRE_WAITING_MAX_DEFAULT: usize = 16_384;
 /// Highest `acquire_waiting_max`: the keys a default key table holds.
 pub const ACQUIRE_WAITING_LIMIT: usize = crate::engine::KEYS_MAX_DEFAULT;
+/// Highest `shaped_waiting_max`: every waiting request's departure is kept, and checked
+/// on each shaped admission.
+pub const SHAPED_WAITING_LIMIT: usize = 65_536;
 
 mod validate;
 
@@ -200,6 +204,9 @@ pub struct AgentConfig {
     /// Most keys waiting for a first lease; past it, keys asked for only once go back to
     /// ask again on their next request.
     pub acquire_waiting_max: usize,
+    /// Most requests admitted with a delay by shaping policies and not departed yet; 0
+    /// turns shaping off.
+    pub shaped_waiting_max: usize,
 }
 
 impl Default for AgentConfig {
@@ -228,6 +235,7 @@ impl Default for AgentConfig {
             ratelimit_count_denied: true,
             acquire_rate_max_per_s: ACQUIRE_RATE_MAX_PER_S_DEFAULT,
             acquire_waiting_max: ACQUIRE_WAITING_MAX_DEFAULT,
+            shaped_waiting_max: crate::engine::SHAPED_WAITING_MAX_DEFAULT,
         }
     }
 }
@@ -279,6 +287,8 @@ pub struct Overrides {
     pub acquire_rate_max_per_s: Option<u64>,
     /// `--acquire-waiting-max`.
     pub acquire_waiting_max: Option<usize>,
+    /// `--shaped-waiting-max`.
+    pub shaped_waiting_max: Option<usize>,
     /// `--ratelimit-count-denied[=true|false]`.
     pub ratelimit_count_denied: Option<bool>,
 }
@@ -364,6 +374,7 @@ impl AgentConfig {
             flags.acquire_rate_max_per_s,
         );
         set(&mut self.acquire_waiting_max, flags.acquire_waiting_max);
+        set(&mut self.shaped_waiting_max, flags.shaped_waiting_max);
         set(
             &mut self.ratelimit_count_denied,
             flags.ratelimit_count_denied,

@@ -24,6 +24,7 @@ ratelimit_key_len_max: 8192
 ratelimit_count_denied: false
 acquire_rate_max_per_s: 500
 acquire_waiting_max: 1024
+shaped_waiting_max: 64
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -78,6 +79,7 @@ fn every_field_is_read_from_the_file() {
         ratelimit_count_denied: false,
         acquire_rate_max_per_s: 500,
         acquire_waiting_max: 1024,
+        shaped_waiting_max: 64,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -149,9 +151,11 @@ fn flags_replace_the_files_values_and_leave_the_rest() {
         response_headers: Some(false),
         listen_tls: Some(files("flag-")),
         state_file: Some("/tmp/agent.state".into()),
+        shaped_waiting_max: Some(0),
         ..Overrides::default()
     });
     assert_eq!(c.grpc_addr, "127.0.0.1:7081");
+    assert_eq!(c.shaped_waiting_max, 0);
     assert_eq!(c.policies, [PathBuf::from("/tmp/only.yaml")]);
     assert!(c.standalone && !c.response_headers);
     assert_eq!(c.listen_tls, Some(files("flag-")));
@@ -235,6 +239,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.ratelimit_key_len_max = 100_000,
             "ratelimit_key_len_max",
             "128 to 65536 bytes",
+        ),
+        (
+            |c| c.shaped_waiting_max = 65_537,
+            "shaped_waiting_max",
+            "0 to 65536",
         ),
         (|c| c.allocators.clear(), "allocators", "at least one"),
         (

@@ -103,6 +103,13 @@ impl AgentConfig {
                 format!("1 to {}", super::ACQUIRE_WAITING_LIMIT),
             ));
         }
+        if self.shaped_waiting_max > super::SHAPED_WAITING_LIMIT {
+            return Err(invalid(
+                "shaped_waiting_max",
+                self.shaped_waiting_max.to_string(),
+                format!("0 to {}", super::SHAPED_WAITING_LIMIT),
+            ));
+        }
         if !(RATELIMIT_KEY_LEN_MIN..=RATELIMIT_KEY_LEN_LIMIT).contains(&self.ratelimit_key_len_max)
         {
             return Err(invalid(

@@ -65,6 +65,11 @@ pub(crate) struct Ctx<'e> {
     unix_offset: &'e super::epoch::UnixOffset,
     /// The allocator's verdicts for exact dimensions, when it was asked.
     exact: Option<&'e ExactVerdicts>,
+    /// Whether a shaping policy may admit this request with a delay: the caller waits it
+    /// out, and the request has one dimension (see `decide_many`).
+    pub(crate) accept_delay: bool,
+    /// The delay a shaping policy admitted the request with; 0: go now.
+    pub(crate) delay_ns: u64,
 }
 
 impl Ctx<'_> {
@@ -190,6 +195,9 @@ impl Engine {
         plan.fill(rules, req.dimensions, scratch.hints);
 
         let mut ctx = self.ctx(req, now, exact);
+        // A request departs once, so every dimension would have to be charged at one
+        // common departure time; each is charged as it is checked, so none may wait.
+        ctx.accept_delay = false;
         let mut units = [0u64; DIMENSIONS_LIMIT];
         let last = req.dimensions.len().saturating_sub(1);
         for (i, dim) in req.dimensions.iter().enumerate() {
@@ -253,6 +261,10 @@ impl Engine {
         let step = self.check(res, dim, units, &mut ctx, scratch);
         note_refusal(decision, 0, &step);
         decision.allowed = decision.denial.is_none();
+        if ctx.delay_ns > 0 {
+            decision.delay_ns = ctx.delay_ns;
+            decision.departs_at = now.saturating_add_ns(ctx.delay_ns);
+        }
         push_result(decision, res.policy(), &step);
         // Only concurrency units are kept for a lone dimension.
         if !ctx.charges.is_empty() {
@@ -283,6 +295,8 @@ impl Engine {
             wall: None,
             clock: &self.wall_clock,
             unix_offset: &self.unix_offset,
+            accept_delay: req.accept_delay,
+            delay_ns: 0,
         }
     }
 

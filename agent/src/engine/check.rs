@@ -177,6 +177,9 @@ impl Engine {
                 step
             }
             EntryState::Exact => self.check_exact(p, entry, units, ctx),
+            EntryState::Local(_) if p.max_delay_ns > 0 => {
+                self.check_local_shaped(entry, units, p.max_delay_ns, ctx)
+            }
             EntryState::Local(_) => check_local(entry, units, ctx),
             EntryState::InFlight { .. } => check_in_flight(entry, units, ctx),
         }

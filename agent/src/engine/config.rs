@@ -25,6 +25,9 @@ pub const ENVOY_KEY_LEN_MAX_DEFAULT: usize = 4096;
 /// Default longest wait for a key's first lease before the failure behaviour applies.
 pub const ACQUIRE_WAIT_MAX_NS_DEFAULT: u64 = 250_000_000;
 
+/// Default most requests admitted with a delay (shaped) waiting at once.
+pub const SHAPED_WAITING_MAX_DEFAULT: usize = 1_024;
+
 /// Bounds on everything the engine holds (P4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct EngineLimits {
@@ -46,6 +49,9 @@ pub struct EngineLimits {
     /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded (a descriptor
     /// whose key would be longer is answered OVER_LIMIT).
     pub envoy_key_len_max: usize,
+    /// Most requests admitted with a delay by shaping policies and not departed yet; one
+    /// more is refused as if the policy did not shape. 0 turns shaping off.
+    pub shaped_waiting_max: usize,
 }
 
 impl Default for EngineLimits {
@@ -59,6 +65,7 @@ impl Default for EngineLimits {
             acquire_wait_max_ns: ACQUIRE_WAIT_MAX_NS_DEFAULT,
             key_len_max: KEY_LEN_MAX_DEFAULT,
             envoy_key_len_max: ENVOY_KEY_LEN_MAX_DEFAULT,
+            shaped_waiting_max: SHAPED_WAITING_MAX_DEFAULT,
         }
     }
 }

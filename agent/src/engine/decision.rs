@@ -2,6 +2,7 @@
 
 use super::results::Results;
 use super::table::Entry;
+use leasehold_common::time::Nanos;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -216,6 +217,11 @@ pub struct Decision {
     /// allowed, `u64::MAX` when it never can.
     pub retry_after_ns: u64,
     pub denial: Option<Denial>,
+    /// When allowed by a shaping policy: nanoseconds to wait before the request goes (its
+    /// units are charged at that time). 0: go now.
+    pub delay_ns: u64,
+    /// The engine's monotonic time at which a delayed request goes; zero without delay.
+    pub departs_at: Nanos,
     pub results: Results,
     /// Units held against concurrency limits; released when dropped.
     pub in_flight: InFlight,
@@ -230,6 +236,8 @@ impl Decision {
             decision_id: 0,
             retry_after_ns: 0,
             denial: None,
+            delay_ns: 0,
+            departs_at: Nanos::ZERO,
             results: Results::new(),
             in_flight: InFlight::default(),
         }
@@ -241,6 +249,8 @@ impl Decision {
         self.decision_id = 0;
         self.retry_after_ns = 0;
         self.denial = None;
+        self.delay_ns = 0;
+        self.departs_at = Nanos::ZERO;
         self.results.clear();
         self.in_flight.release();
     }

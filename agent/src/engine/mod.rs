@@ -19,6 +19,11 @@
 //!   per key in this process. Concurrency admissions hold units in the decision's
 //!   [`InFlight`] guard until it is dropped.
 //!
+//! **Shaping.** A local key of a policy with `shape` charges a request that accepts a delay
+//! ([`AdmitRequest::accept_delay`], one dimension only) at the earliest time within
+//! `max_delay` its units exist, answering [`Decision::delay_ns`]; at most
+//! `shaped_waiting_max` such requests wait at once (see `shaped`).
+//!
 //! Overrides, in order: the policy's kill switch admits everything (counted apart); an
 //! operator's [`Emergency`] (`fail_open`, `restricted`) replaces normal enforcement; shadow
 //! mode turns every refusal into `ShadowDenied`, admitted and uncharged.
@@ -70,6 +75,7 @@ mod results;
 mod resume;
 mod rules;
 mod saved;
+mod shaped;
 mod spin;
 mod stats;
 mod stripes;
@@ -101,7 +107,7 @@ pub use acquire::{AcquireReceiver, AcquireRequest};
 pub use config::{
     EngineBuilder, EngineLimits, UnknownPolicy, WallClock, ACQUIRE_QUEUE_MAX_DEFAULT,
     ACQUIRE_WAIT_MAX_NS_DEFAULT, ENVOY_KEY_LEN_MAX_DEFAULT, KEYS_MAX_DEFAULT, KEY_IDLE_NS_DEFAULT,
-    SHARDS_DEFAULT,
+    SHAPED_WAITING_MAX_DEFAULT, SHARDS_DEFAULT,
 };
 pub use decision::{
     Decision, Denial, DenyReason, DimensionResult, InFlight, Outcome, PolicyId, DIMENSIONS_LIMIT,
@@ -160,6 +166,8 @@ pub struct Engine {
     /// yet, or its last call found the grantor unreachable).
     grantor_answered_ns: AtomicU64,
     counters: EngineCounters,
+    /// Requests admitted with a delay and not departed yet, capped.
+    waiting: shaped::Waiting,
 }
 
 impl std::fmt::Debug for Engine {
@@ -203,6 +211,7 @@ impl EngineBuilder {
             acquire_rx: Mutex::new(Some(acquire_rx)),
             grantor_answered_ns: AtomicU64::new(0),
             counters: EngineCounters::new(self.start),
+            waiting: shaped::Waiting::new(self.limits.shaped_waiting_max),
         })
     }
 }
@@ -399,6 +408,20 @@ impl Engine {
             .sweep(at, |generation| live.contains(&generation))
     }
 
+    /// Requests admitted with a delay whose departure is after `now`.
+    pub fn shaped_waiting(&self, now: Nanos) -> usize {
+        self.waiting.count(now)
+    }
+
+    /// The request `decision` admitted with a delay has gone (its departure time came):
+    /// its place among the waiting requests is free now rather than when the engine next
+    /// notices the time. Nothing happens for a decision without delay.
+    pub fn shaped_departed(&self, decision: &Decision) {
+        if decision.delay_ns > 0 {
+            self.waiting.release(decision.departs_at);
+        }
+    }
+
     /// Keys in the key table now.
     pub fn key_count(&self) -> usize {
         self.table.len()
@@ -425,6 +448,9 @@ impl Engine {
             acquire_queue_full: c.load(Count::AcquireQueueFull),
             unknown_policy: c.load(Count::UnknownPolicy),
             zero_limit_denied: c.load(Count::ZeroLimitDenied),
+            shaped_admitted: c.load(Count::ShapedAdmitted),
+            shaped_waiting_full: c.load(Count::ShapedWaitingFull),
+            shaped_waiting_max: self.waiting.max(),
             keys: self.table.len(),
             keys_max: self.table.capacity(),
             evictions: self.table.evictions(),

@@ -119,6 +119,9 @@ pub(crate) struct CompiledPolicy {
     pub(crate) failure: FailureMode,
     pub(crate) restricted: Option<RestrictedSpec>,
     pub(crate) shadow: bool,
+    /// `shape.max_delay` in ns; 0 when the policy does not shape (or is in shadow mode,
+    /// which never makes a request wait).
+    pub(crate) max_delay_ns: u64,
     pub(crate) runtime: Arc<PolicyRuntime>,
     /// The shared state of the policy's overflow key, kept out of the key table so that
     /// overflow always has a place even when the table is full.

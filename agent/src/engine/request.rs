@@ -50,6 +50,10 @@ pub struct AdmitRequest<'a> {
     pub hits: u64,
     /// Compared against `min_priority` when a policy is restricted.
     pub priority: u8,
+    /// The caller waits out a delay before sending the request, so a shaping policy may
+    /// admit it with one ([`Decision::delay_ns`](super::Decision::delay_ns)). Off by
+    /// default: a caller that would ignore the delay is refused instead.
+    pub accept_delay: bool,
 }
 
 impl<'a> AdmitRequest<'a> {
@@ -61,6 +65,7 @@ impl<'a> AdmitRequest<'a> {
             bytes: None,
             hits: 1,
             priority: 0,
+            accept_delay: false,
         }
     }
 }

@@ -64,7 +64,12 @@ impl Engine {
             let Enforcement::Local(spec) = &p.enforcement else {
                 continue;
             };
-            let Some(limiter) = s.state.restore(spec, at) else {
+            let limiter = if p.max_delay_ns > 0 {
+                s.state.restore_shaped(spec, at)
+            } else {
+                s.state.restore(spec, at)
+            };
+            let Some(limiter) = limiter else {
                 continue;
             };
             let hash = self.table.hash(&s.key);

@@ -410,6 +410,10 @@ pub(super) fn compile(
         failure: policy.failure.mode,
         restricted,
         shadow: policy.mode == Mode::Shadow,
+        max_delay_ns: match policy.shape {
+            Some(shape) if policy.mode != Mode::Shadow => shape.max_delay.as_ns(),
+            _ => 0,
+        },
         runtime: previous.map_or_else(
             || Arc::new(PolicyRuntime::default()),
             |p| Arc::clone(&p.runtime),

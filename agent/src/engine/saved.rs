@@ -163,6 +163,51 @@ impl SavedState {
         }
     }
 
+    /// [`restore`](Self::restore) for a shaping policy, whose limiter's clock may have been
+    /// ahead of the save (departures scheduled within `max_delay`). A bucket or window
+    /// still ahead of `at` is put back that far ahead, as it was: placed at `at`, a bucket
+    /// would hand out at once credit that only accrues by its scheduled departures, and a
+    /// window of a later index would be dropped with the departures it counts.
+    pub(crate) fn restore_shaped(&self, spec: &LocalSpec, at: LocalTime) -> Option<LocalLimiter> {
+        let unix = at.mono.saturating_add_ns(at.unix_offset_ns);
+        let limiter = match (self, spec) {
+            (
+                &SavedState::TokenBucket {
+                    units,
+                    period_ns,
+                    burst,
+                    tokens,
+                    frac,
+                    at_unix_ns,
+                },
+                &LocalSpec::TokenBucket { rate, burst: b },
+            ) if (units, period_ns, burst) == (rate.units(), rate.period_ns(), b)
+                && at_unix_ns > unix.0 =>
+            {
+                let ahead = at.mono.saturating_add_ns(at_unix_ns - unix.0);
+                LocalLimiter::TokenBucket(TokenBucket::with_credit(
+                    rate, burst, tokens, frac, ahead,
+                ))
+            }
+            (
+                &SavedState::Window {
+                    window_ns,
+                    index,
+                    count,
+                },
+                &LocalSpec::FixedWindow {
+                    limit,
+                    window_ns: w,
+                },
+            ) if w == window_ns && index > unix.0 / w => {
+                let start = Nanos(index.checked_mul(w)?);
+                LocalLimiter::FixedWindow(FixedWindow::with_count(limit, w, start, count).ok()?)
+            }
+            _ => return self.restore(spec, at),
+        };
+        (limiter.rest_at(at) > at.mono).then_some(limiter)
+    }
+
     /// A limiter of `spec` holding this state at `at`; `None` if `spec` is not the one the
     /// state was taken under (another algorithm, window, period, rate or burst) or the
     /// state no longer has an effect at `at`.

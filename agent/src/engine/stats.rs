@@ -141,8 +141,10 @@ pub(crate) enum Count {
     AcquireQueueFull,
     UnknownPolicy,
     ZeroLimitDenied,
+    ShapedAdmitted,
+    ShapedWaitingFull,
 }
-const ENGINE_COUNTS: usize = 6;
+const ENGINE_COUNTS: usize = 8;
 
 impl EngineStripe {
     fn starting_at(start: Nanos) -> Self {
@@ -244,6 +246,14 @@ pub struct EngineStats {
     pub unknown_policy: u64,
     /// Dimensions refused by an envoyproxy/ratelimit rule with `requests_per_unit: 0`.
     pub zero_limit_denied: u64,
+    /// Requests a shaping policy admitted with a delay.
+    pub shaped_admitted: u64,
+    /// Requests a shaping policy refused, although their units were available within its
+    /// `max_delay`, because `shaped_waiting_max` requests were already waiting.
+    pub shaped_waiting_full: u64,
+    /// The cap on requests admitted with a delay and not departed yet (those waiting now:
+    /// [`Engine::shaped_waiting`](super::Engine::shaped_waiting)).
+    pub shaped_waiting_max: usize,
     /// Keys held now, the cap, and entries dropped so far.
     pub keys: usize,
     pub keys_max: usize,

@@ -105,6 +105,10 @@
 //!   The policy's *capacity* is `burst` (bucket, GCRA), `rate.units` (windows),
 //!   `calendar.units` or `max_in_flight`. The largest cost (`cost.default` and every
 //!   `cost.routes` entry) must fit in it, or such requests could never be admitted.
+//! * **`shape`** (none) — `{ max_delay }`, positive and at most `60s`: a request the
+//!   limit would refuse now, whose units are available within `max_delay`, is admitted
+//!   and charged now with a delay to wait first. Refused for `concurrency`,
+//!   `calendar_quota` and `enforcement: exact`. See `docs/policy.md`, "Shaping".
 //! * **`scope`** (`global`) — which level owns the root bucket: `global`, `region`,
 //!   `cell` or `process`.
 //! * **`failure`** (`{ mode: cached_lease }`) — behaviour while the upstream grantor is
@@ -147,6 +151,7 @@ mod error;
 mod model;
 pub mod nesting;
 mod set;
+mod shape;
 mod stored;
 mod units;
 mod validate;
@@ -162,6 +167,7 @@ pub use set::{
     Applied, PolicySet, PolicySetError, PolicySetLimits, PolicyVersion, POLICIES_MAX_DEFAULT,
     VERSIONS_KEPT_MAX_DEFAULT,
 };
+pub use shape::{Shape, SHAPE_MAX_DELAY_LIMIT};
 pub use units::{HumanDuration, Ppm, PPM_ONE};
 pub use validate::{
     is_valid_dimension_name, is_valid_policy_id, COST_ROUTES_MAX, DESCRIPTION_LEN_MAX,

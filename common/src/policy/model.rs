@@ -1,5 +1,6 @@
 //! The policy document's types. The format is described in the [module docs](super).
 
+use super::shape::Shape;
 use super::units::{HumanDuration, Ppm};
 use crate::rate::{Rate, RateError};
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,9 @@ pub struct Policy {
     pub calendar: Option<Calendar>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// Admit with a bounded delay instead of refusing when the units are available soon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Shape>,
     #[serde(default)]
     pub scope: Scope,
     /// How a budget beyond one process is enforced: leased credit (the default) or a

@@ -53,6 +53,10 @@ impl Policy {
             // The domain names the id and the rules are the limits: checked there.
             check_description(self, &mut c);
             check_failure(self, &mut c);
+            if self.shape.is_some() {
+                let when = "the document is envoyproxy/ratelimit YAML".to_owned();
+                c.push("shape", Problem::NotUsed { when });
+            }
             super::envoy::document::check(self, text, &mut c);
             return c.finish();
         }
@@ -64,6 +68,7 @@ impl Policy {
         check_scope(self, &mut c);
         check_capacity(self, &mut c);
         check_failure(self, &mut c);
+        super::shape::check(self, &mut c);
         check_lease(self, &mut c);
         check_priority_classes(self, &mut c);
         c.finish()

@@ -177,6 +177,7 @@ fn blank(id: String, text: String) -> Policy {
         mode: Mode::default(),
         effective_at: None,
         kill_switch: false,
+        shape: None,
         lease: LeaseParams::default(),
         priority_classes: Vec::new(),
         ratelimit: Some(text),

@@ -153,6 +153,7 @@ pub(super) fn window_policy(
         burst: None,
         calendar: None,
         concurrency: None,
+        shape: None,
         scope: template.scope,
         enforcement: Default::default(),
         failure: template.failure.clone(),

@@ -1,0 +1,112 @@
+//! Shaping through the engine over random arrival schedules: callers that wait and callers
+//! that do not, at one instant or spread out, against a random rate, burst, `max_delay` and
+//! waiting cap. Every request the engine admits departs at `departs_at` (or at once); the
+//! units departing in any interval `T` stay within `burst + ⌊rate·T⌋`, no delay exceeds
+//! `max_delay`, and a refusal charges nothing: the engine decides exactly as the pure
+//! shaped take on a token bucket does, refusals included.
+
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, EngineLimits, RuleSource};
+use leasehold_common::algo::{take_shaped, Shaped, TokenBucket};
+use leasehold_common::policy::Policy;
+use leasehold_common::rate::Rate;
+use leasehold_common::time::Nanos;
+use proptest::prelude::*;
+
+const MS: u64 = 1_000_000;
+
+#[derive(Clone, Debug)]
+struct Arrival {
+    gap_ms: u64,
+    accept_delay: bool,
+}
+
+fn arrivals() -> impl Strategy<Value = Vec<Arrival>> {
+    let gap = prop_oneof![3 => Just(0u64), 2 => 0u64..50, 1 => 0u64..1_000];
+    let one = (gap, prop::bool::weighted(0.8)).prop_map(|(gap_ms, accept_delay)| Arrival {
+        gap_ms,
+        accept_delay,
+    });
+    prop::collection::vec(one, 1..80)
+}
+
+/// `units` per `per_ms`, `burst`, `max_delay_ms`, waiting cap.
+fn config() -> impl Strategy<Value = (u64, u64, u64, u64, usize)> {
+    (1u64..=10, 10u64..=2_000, 1u64..=5, 1u64..=3_000, 0usize..6)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn the_engine_departs_within_the_bound_and_refusals_charge_nothing(
+        (units, per_ms, burst, max_delay_ms, waiting_max) in config(),
+        arr in arrivals(),
+    ) {
+        let yaml = format!(
+            "id: api\ndimensions: [{{name: tenant, required: true}}]\n\
+             rate: {{units: {units}, per: {per_ms}ms}}\nburst: {burst}\nscope: process\n\
+             shape: {{max_delay: {max_delay_ms}ms}}\n"
+        );
+        let engine = Engine::builder()
+            .limits(EngineLimits { keys_max: 16, shards: 1, shaped_waiting_max: waiting_max, ..EngineLimits::default() })
+            .build(RuleSource::from_policies(vec![Policy::from_yaml(&yaml).unwrap()]))
+            .unwrap();
+        let rate = Rate::new(units, per_ms * MS).unwrap();
+        let max_delay_ns = max_delay_ms * MS;
+        let entries = [("tenant", "acme")];
+        let dims = [Dimension::policy("api", &entries)];
+
+        // The model: the same bucket, made full at the first request as the engine's key is.
+        let start = Nanos::from_secs(1);
+        let mut model = TokenBucket::full(rate, burst, start);
+        let mut model_waiting: Vec<Nanos> = Vec::new();
+
+        let mut now = start;
+        let mut departed: Vec<Nanos> = Vec::new();
+        for a in &arr {
+            now = now.saturating_add_ns(a.gap_ms * MS);
+            let req = AdmitRequest { accept_delay: a.accept_delay, ..AdmitRequest::new(&dims) };
+            let d = engine.admit(&req, now);
+
+            let bound = if a.accept_delay { max_delay_ns } else { 0 };
+            model_waiting.retain(|&at| at > now);
+            let free = model_waiting.len() < waiting_max;
+            let expected = take_shaped(&mut model, 1, now, bound, |_| free);
+            match expected {
+                Shaped::Admit { delay_ns, .. } => {
+                    prop_assert!(d.allowed, "the engine refused what the model admits at {now:?}");
+                    prop_assert_eq!(d.delay_ns, delay_ns);
+                    if delay_ns > 0 {
+                        model_waiting.push(now.saturating_add_ns(delay_ns));
+                    }
+                }
+                Shaped::Deny { retry_after_ns, .. } => {
+                    prop_assert!(!d.allowed, "the engine admitted what the model refuses at {now:?}");
+                    prop_assert_eq!(d.retry_after_ns, retry_after_ns);
+                }
+            }
+            if d.allowed {
+                prop_assert!(d.delay_ns <= bound, "delay {} above {}", d.delay_ns, bound);
+                let departure = now.saturating_add_ns(d.delay_ns);
+                if d.delay_ns > 0 {
+                    prop_assert_eq!(d.departs_at, departure);
+                }
+                departed.push(departure);
+            }
+            prop_assert!(engine.shaped_waiting(now) <= waiting_max);
+        }
+        departed.sort();
+        for i in 0..departed.len() {
+            for j in i..departed.len() {
+                let t = departed[j].saturating_since(departed[i]);
+                let units_in = (j - i + 1) as u64;
+                prop_assert!(
+                    units_in <= burst + rate.units_in(t),
+                    "{} units depart in {} ns, bound {}", units_in, t, burst + rate.units_in(t)
+                );
+            }
+        }
+        let admitted = engine.stats().policies[0].counters.admitted;
+        prop_assert_eq!(admitted, departed.len() as u64, "only admissions are charged");
+    }
+}

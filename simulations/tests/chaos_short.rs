@@ -1,8 +1,8 @@
 //! The chaos suite's short seed on the real binaries: a 3-node mutual-TLS cluster, five
 //! agents (state files on every other one, one in its own network namespace when running
-//! as root, one under libfaketime when installed), traffic above the rate, and about ten
-//! seeded faults (leader and follower SIGKILL, leader SIGSTOP, quorum loss, agent SIGKILL
-//! and SIGSTOP, a partition, a clock step). No window of any key exceeds `B + r·T`, every
+//! as root, one agent and one node under libfaketime when installed), traffic above the
+//! rate, and about ten seeded faults (leader and follower SIGKILL, leader SIGSTOP, quorum
+//! loss, agent SIGKILL and SIGSTOP, a partition, clock steps of an agent and of a node). No window of any key exceeds `B + r·T`, every
 //! node ends with the same ledger, and the ledger accounts for every admitted unit.
 
 mod chaos_support;

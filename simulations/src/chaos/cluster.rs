@@ -29,6 +29,9 @@ pub struct Node {
     pub proc: Option<Proc>,
     /// SIGSTOPped and not yet continued.
     pub stopped: bool,
+    /// libfaketime's library and the file its offset is read from, when this node's wall
+    /// clock is faked.
+    pub faketime: Option<(PathBuf, PathBuf)>,
 }
 
 /// The cluster and the files it runs from.
@@ -51,6 +54,8 @@ pub struct ClusterSpec {
     /// failover measurement should see.
     pub raft_yaml: Option<String>,
     pub tick_ms: u64,
+    /// libfaketime's shared library, when one node's wall clock is faked, and that node.
+    pub faketime: Option<(PathBuf, u64)>,
 }
 
 impl Default for ClusterSpec {
@@ -60,6 +65,7 @@ impl Default for ClusterSpec {
             listen_ip: "127.0.0.1".into(),
             raft_yaml: None,
             tick_ms: 100,
+            faketime: None,
         }
     }
 }
@@ -129,6 +135,14 @@ impl ProcCluster {
             std::fs::write(&config, node_yaml(dir, spec, id, &ports))
                 .map_err(ChaosError::io(format!("writing {}", config.display())))?;
             let (grpc, http) = ports[id as usize - 1];
+            let faketime = match &spec.faketime {
+                Some((lib, node)) if *node == id => {
+                    let file = dir.join(format!("global-{id}.faketime"));
+                    std::fs::write(&file, "+0s\n").map_err(ChaosError::io("faketime file"))?;
+                    Some((lib.clone(), file))
+                }
+                _ => None,
+            };
             nodes.push(Node {
                 id,
                 grpc_addr: format!("{}:{grpc}", spec.listen_ip),
@@ -137,6 +151,7 @@ impl ProcCluster {
                 log: dir.join(format!("global-{id}.log")),
                 proc: None,
                 stopped: false,
+                faketime,
             });
         }
         let mut cluster = ProcCluster {
@@ -170,9 +185,37 @@ impl ProcCluster {
         let node = self.node_mut(id);
         let mut cmd = Command::new(bin);
         cmd.arg("-c").arg(&node.config);
+        if let Some((lib, file)) = &node.faketime {
+            // Re-read on every call, so a step needs no restart; monotonic clocks are left
+            // alone, as a wall-clock step leaves them.
+            cmd.env("LD_PRELOAD", lib)
+                .env("FAKETIME_TIMESTAMP_FILE", file)
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("DONT_FAKE_MONOTONIC", "1");
+        }
         node.proc = Some(Proc::spawn(&format!("global-{id}"), cmd, &node.log)?);
         node.stopped = false;
         Ok(())
+    }
+
+    /// Steps node `id`'s faked wall clock to `offset_s` from the real one; a node whose
+    /// clock is not faked is refused by name.
+    pub fn set_clock_offset_s(&self, id: u64, offset_s: i64) -> Result<(), ChaosError> {
+        let Some((_, file)) = &self.node(id).faketime else {
+            return Err(ChaosError::InvalidConfig {
+                field: "faketime",
+                reason: format!("node {id}'s wall clock is not faked"),
+            });
+        };
+        std::fs::write(file, format!("{offset_s:+}s\n")).map_err(ChaosError::io("faketime file"))
+    }
+
+    /// The node whose wall clock is faked, if any.
+    pub fn faketime_node(&self) -> Option<u64> {
+        self.nodes
+            .iter()
+            .find(|n| n.faketime.is_some())
+            .map(|n| n.id)
     }
 
     /// SIGKILL: no shutdown, no flush beyond what was acknowledged.

@@ -54,6 +54,12 @@ pub enum Fault {
         agent: usize,
         step_s: i64,
     },
+    /// The faked wall clock of one allocator node (leading or not) stepped by this many
+    /// seconds from the real one (and left there).
+    NodeClockStep {
+        node: u64,
+        step_s: i64,
+    },
 }
 
 /// Draws the next fault; `leader` is the node leading now.
@@ -62,7 +68,7 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
     let follower = (leader % nodes) + 1;
     let agent = rng.random_range(0..world.agents.len());
     loop {
-        match rng.random_range(0..8) {
+        match rng.random_range(0..9) {
             0 => return Fault::LeaderKill { node: leader },
             1 => return Fault::LeaderStop { node: leader },
             2 => return Fault::FollowerKill { node: follower },
@@ -78,10 +84,16 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
                     return Fault::Partition { agent };
                 }
             }
-            _ => {
+            7 => {
                 if let Some(agent) = world.faketime_agent {
                     let step_s = if rng.random_bool(0.5) { -30 } else { 30 };
                     return Fault::ClockStep { agent, step_s };
+                }
+            }
+            _ => {
+                if let Some(node) = world.cluster.faketime_node() {
+                    let step_s = if rng.random_bool(0.5) { -30 } else { 30 };
+                    return Fault::NodeClockStep { node, step_s };
                 }
             }
         }
@@ -121,6 +133,7 @@ pub fn inject(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
             }
         }
         Fault::ClockStep { agent, step_s } => world.agents[agent].set_clock_offset_s(step_s)?,
+        Fault::NodeClockStep { node, step_s } => world.cluster.set_clock_offset_s(node, step_s)?,
     }
     Ok(())
 }
@@ -147,7 +160,7 @@ pub fn heal(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
                 ns.heal()?;
             }
         }
-        Fault::ClockStep { .. } => {}
+        Fault::ClockStep { .. } | Fault::NodeClockStep { .. } => {}
     }
     Ok(())
 }

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The policy under test.
 pub const POLICY_ID: &str = "api";
+/// The allocator node whose wall clock is faked when libfaketime is installed.
+const FAKETIME_NODE: u64 = 3;
 /// Where Debian and Ubuntu install libfaketime.
 pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// Longest wait for the cluster to form or heal, in milliseconds.
@@ -101,7 +103,8 @@ fn agent_names(n: usize) -> Vec<String> {
 }
 
 /// Starts the cluster and the agents: every other agent keeps a state file, the last runs
-/// in its own namespace when it can, the one before under libfaketime when installed.
+/// in its own namespace when it can, the one before and the third allocator node under
+/// libfaketime when installed.
 async fn start_world(
     dir: &std::path::Path,
     bins: &Binaries,
@@ -139,6 +142,8 @@ async fn start_world(
         listen_ip: netns
             .as_ref()
             .map_or("127.0.0.1".into(), |ns| ns.host_ip.clone()),
+        // The third node's wall clock is faked, whichever role it has when stepped.
+        faketime: faketime.then(|| (FAKETIME_LIB.into(), FAKETIME_NODE)),
         ..ClusterSpec::default()
     };
     let cluster = ProcCluster::start(dir, bins, &pki, &spec)?;

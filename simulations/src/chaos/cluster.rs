@@ -18,6 +18,41 @@ pub const ADMIN_NAME: &str = "chaos";
 const ADMIN_CALL_TIMEOUT_MS: u64 = 1_000;
 /// How long a node may take to exit on SIGTERM before it is killed, in milliseconds.
 const NODE_STOP_WAIT_MS: u64 = 10_000;
+/// The cluster's shared lease-signing key, in its directory.
+const SIGNING_KEY_FILE: &str = "global-lease-key.p8";
+/// How long the first node may take to make the signing key, in milliseconds.
+const KEY_WAIT_MS: u64 = 10_000;
+
+/// Hands `dir` and everything in it to `uid` (as its group too).
+fn chown_tree(dir: &Path, uid: u32) -> Result<(), ChaosError> {
+    let out = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(dir)
+        .output()
+        .map_err(ChaosError::io("chown"))?;
+    if !out.status.success() {
+        return Err(ChaosError::process(
+            "chown",
+            String::from_utf8_lossy(&out.stderr).trim(),
+        ));
+    }
+    Ok(())
+}
+
+fn wait_for_file(path: &Path, wait_ms: u64) -> Result<(), ChaosError> {
+    let started = Instant::now();
+    while !path.is_file() {
+        if started.elapsed() > Duration::from_millis(wait_ms) {
+            return Err(ChaosError::Timeout {
+                what: path.display().to_string(),
+                waited_ms: wait_ms,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
 
 /// One allocator node: its identity, addresses and the process while it runs.
 pub struct Node {
@@ -32,6 +67,15 @@ pub struct Node {
     /// libfaketime's library and the file its offset is read from, when this node's wall
     /// clock is faked.
     pub faketime: Option<(PathBuf, PathBuf)>,
+    /// The user id this node runs as, when not the harness's own.
+    pub uid: Option<u32>,
+}
+
+impl Node {
+    /// The port of its gRPC listener (which also carries its Raft traffic).
+    pub fn grpc_port(&self) -> Option<u16> {
+        self.grpc_addr.rsplit_once(':')?.1.parse().ok()
+    }
 }
 
 /// The cluster and the files it runs from.
@@ -56,6 +100,10 @@ pub struct ClusterSpec {
     pub tick_ms: u64,
     /// libfaketime's shared library, when one node's wall clock is faked, and that node.
     pub faketime: Option<(PathBuf, u64)>,
+    /// The node that runs under a user id of its own, so that it can be cut off
+    /// ([`super::isolate`]), and that id. The cluster's directory is then handed to that
+    /// user (the other nodes, as root, still read and write it).
+    pub isolatable: Option<(u64, u32)>,
 }
 
 impl Default for ClusterSpec {
@@ -66,6 +114,7 @@ impl Default for ClusterSpec {
             raft_yaml: None,
             tick_ms: 100,
             faketime: None,
+            isolatable: None,
         }
     }
 }
@@ -90,7 +139,7 @@ fn node_yaml(dir: &Path, spec: &ClusterSpec, id: u64, ports: &[(u16, u16)]) -> S
          {raft}tick_ms: {tick}\n",
         ip = spec.listen_ip,
         d = d.display(),
-        key = dir.join("global-lease-key.p8").display(),
+        key = dir.join(SIGNING_KEY_FILE).display(),
         bootstrap = bootstrap.join(", "),
         c = c.display(),
         tick = spec.tick_ms,
@@ -152,6 +201,10 @@ impl ProcCluster {
                 proc: None,
                 stopped: false,
                 faketime,
+                uid: spec
+                    .isolatable
+                    .filter(|(n, _)| *n == id)
+                    .map(|(_, uid)| uid),
             });
         }
         let mut cluster = ProcCluster {
@@ -160,8 +213,22 @@ impl ProcCluster {
             bins: bins.clone(),
             admin: channels(pki, Role::Admin, ADMIN_NAME)?,
         };
-        for id in 1..=spec.nodes {
-            cluster.launch(id)?;
+        match spec.isolatable {
+            Some((first, uid)) => {
+                chown_tree(dir, uid)?;
+                // It starts first and makes the cluster's signing key, which it could not
+                // read if a node running as root had made it.
+                cluster.launch(first)?;
+                wait_for_file(&dir.join(SIGNING_KEY_FILE), KEY_WAIT_MS)?;
+                for id in (1..=spec.nodes).filter(|id| *id != first) {
+                    cluster.launch(id)?;
+                }
+            }
+            None => {
+                for id in 1..=spec.nodes {
+                    cluster.launch(id)?;
+                }
+            }
         }
         Ok(cluster)
     }
@@ -185,6 +252,10 @@ impl ProcCluster {
         let node = self.node_mut(id);
         let mut cmd = Command::new(bin);
         cmd.arg("-c").arg(&node.config);
+        if let Some(uid) = node.uid {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(uid);
+        }
         if let Some((lib, file)) = &node.faketime {
             // Re-read on every call, so a step needs no restart; monotonic clocks are left
             // alone, as a wall-clock step leaves them.

@@ -4,6 +4,7 @@
 use super::agents::Agent;
 use super::cluster::ProcCluster;
 use super::error::ChaosError;
+use super::isolate::NodeIsolation;
 use super::netns::Netns;
 use super::procs::{Binaries, Signal};
 use rand::Rng;
@@ -19,6 +20,8 @@ pub struct World {
     /// Index of the agent in the namespace, and of the one under libfaketime.
     pub netns_agent: Option<usize>,
     pub faketime_agent: Option<usize>,
+    /// The allocator node that can be cut off, and the rules that do it.
+    pub isolatable: Option<(u64, NodeIsolation)>,
 }
 
 /// One fault and what it hit.
@@ -60,6 +63,11 @@ pub enum Fault {
         node: u64,
         step_s: i64,
     },
+    /// One allocator node (leading or not) cut off from the other nodes, the agents and the
+    /// harness: its packets dropped both ways.
+    NodePartition {
+        node: u64,
+    },
 }
 
 /// Draws the next fault; `leader` is the node leading now.
@@ -68,7 +76,7 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
     let follower = (leader % nodes) + 1;
     let agent = rng.random_range(0..world.agents.len());
     loop {
-        match rng.random_range(0..9) {
+        match rng.random_range(0..10) {
             0 => return Fault::LeaderKill { node: leader },
             1 => return Fault::LeaderStop { node: leader },
             2 => return Fault::FollowerKill { node: follower },
@@ -90,10 +98,15 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
                     return Fault::ClockStep { agent, step_s };
                 }
             }
-            _ => {
+            8 => {
                 if let Some(node) = world.cluster.faketime_node() {
                     let step_s = if rng.random_bool(0.5) { -30 } else { 30 };
                     return Fault::NodeClockStep { node, step_s };
+                }
+            }
+            _ => {
+                if let Some((node, _)) = &world.isolatable {
+                    return Fault::NodePartition { node: *node };
                 }
             }
         }
@@ -102,11 +115,7 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
 
 /// The allocators' gRPC ports, as the partition drops them.
 fn allocator_ports(cluster: &ProcCluster) -> Vec<u16> {
-    cluster
-        .nodes
-        .iter()
-        .filter_map(|n| n.grpc_addr.rsplit_once(':')?.1.parse().ok())
-        .collect()
+    cluster.nodes.iter().filter_map(|n| n.grpc_port()).collect()
 }
 
 pub fn inject(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
@@ -134,6 +143,11 @@ pub fn inject(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
         }
         Fault::ClockStep { agent, step_s } => world.agents[agent].set_clock_offset_s(step_s)?,
         Fault::NodeClockStep { node, step_s } => world.cluster.set_clock_offset_s(node, step_s)?,
+        Fault::NodePartition { .. } => {
+            if let Some((_, cut)) = world.isolatable.as_mut() {
+                cut.cut()?;
+            }
+        }
     }
     Ok(())
 }
@@ -161,6 +175,11 @@ pub fn heal(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
             }
         }
         Fault::ClockStep { .. } | Fault::NodeClockStep { .. } => {}
+        Fault::NodePartition { .. } => {
+            if let Some((_, cut)) = world.isolatable.as_mut() {
+                cut.heal()?;
+            }
+        }
     }
     Ok(())
 }

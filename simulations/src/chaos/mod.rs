@@ -14,6 +14,7 @@ pub mod error;
 pub mod failover;
 pub mod faults;
 pub mod http;
+pub mod isolate;
 pub mod netns;
 pub mod probe;
 pub mod procs;

@@ -6,6 +6,7 @@ use super::agents::{Agent, AgentSpec, NetnsPlace};
 use super::cluster::{ClusterSpec, ProcCluster, ADMIN_NAME};
 use super::error::ChaosError;
 use super::faults::{draw, heal, inject, Fault, World};
+use super::isolate::{NodeIsolation, ISOLATED_UID};
 use super::netns::{self, Netns};
 use super::procs::{Binaries, WorkDir};
 use super::traffic::Generator;
@@ -21,6 +22,9 @@ use std::time::{Duration, Instant, SystemTime};
 pub const POLICY_ID: &str = "api";
 /// The allocator node whose wall clock is faked when libfaketime is installed.
 const FAKETIME_NODE: u64 = 3;
+/// The allocator node that can be cut off when iptables can be used.
+const ISOLATABLE_NODE: u64 = 2;
+
 /// Where Debian and Ubuntu install libfaketime.
 pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// Longest wait for the cluster to form or heal, in milliseconds.
@@ -104,20 +108,25 @@ fn agent_names(n: usize) -> Vec<String> {
 
 /// Starts the cluster and the agents: every other agent keeps a state file, the last runs
 /// in its own namespace when it can, the one before and the third allocator node under
-/// libfaketime when installed.
+/// libfaketime when installed; the second node runs as a user of its own when iptables can
+/// cut it off.
 async fn start_world(
     dir: &std::path::Path,
     bins: &Binaries,
     cfg: &ChaosConfig,
     skipped: &mut Vec<String>,
 ) -> Result<World, ChaosError> {
-    let netns = match netns::unavailable() {
+    let firewall = netns::unavailable();
+    let netns = match &firewall {
         None => Some(Netns::create()?),
         Some(why) => {
             skipped.push(format!("network-namespace agent and partition: {why}"));
             None
         }
     };
+    if let Some(why) = &firewall {
+        skipped.push(format!("partition of an allocator node: {why}"));
+    }
     let faketime = std::path::Path::new(FAKETIME_LIB).is_file();
     if !faketime {
         skipped.push(format!(
@@ -144,6 +153,10 @@ async fn start_world(
             .map_or("127.0.0.1".into(), |ns| ns.host_ip.clone()),
         // The third node's wall clock is faked, whichever role it has when stepped.
         faketime: faketime.then(|| (FAKETIME_LIB.into(), FAKETIME_NODE)),
+        // The second runs as a user of its own, so that iptables can cut it off.
+        isolatable: firewall
+            .is_none()
+            .then_some((ISOLATABLE_NODE, ISOLATED_UID)),
         ..ClusterSpec::default()
     };
     let cluster = ProcCluster::start(dir, bins, &pki, &spec)?;
@@ -173,6 +186,10 @@ async fn start_world(
         agent.launch(bins)?;
         agents.push(agent);
     }
+    let isolatable = spec.isolatable.and_then(|(node, uid)| {
+        let port = cluster.node(node).grpc_port()?;
+        Some((node, NodeIsolation::new(uid, port)))
+    });
     Ok(World {
         bins: bins.clone(),
         cluster,
@@ -180,6 +197,7 @@ async fn start_world(
         netns,
         netns_agent,
         faketime_agent,
+        isolatable,
     })
 }
 

@@ -66,6 +66,7 @@ mod forget;
 mod leased;
 mod local;
 mod overrides;
+mod paced;
 mod policy;
 mod protect;
 mod readlock;

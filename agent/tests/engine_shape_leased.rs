@@ -239,3 +239,31 @@ fn without_shape_a_leased_key_spends_as_before() {
     assert_eq!(delays, [Some(0), Some(0), Some(0), None]);
     assert_eq!(slot.remaining(), 0);
 }
+
+/// A new window's credit arriving right after the last window's was spent: the schedule
+/// spreads it at the policy's rate instead of letting twice the limit go at the boundary.
+#[test]
+fn a_window_boundary_burst_of_credit_is_spread_at_the_rate() {
+    let p = policy(
+        "id: win\ndimensions: [{name: tenant, required: true}]\n\
+         algorithm: fixed_window\nrate: {units: 40, per: 1s}\nshape: {max_delay: 200ms}\n",
+    );
+    let e = engine_with(vec![p], 64);
+    let slot = lease(&e, "win", 40);
+    let dims = [Dimension::policy("win", ACME)];
+    let at = |ms| Nanos(ms * MS);
+    let spent_at_once = (0..40)
+        .filter(|_| e.admit(&waiting(&dims), at(900)).delay_ns == 0)
+        .count();
+    assert_eq!(spent_at_once, 40, "the whole tolerance at once");
+    slot.deposit(40, DEADLINE_NS);
+    let delays: Vec<_> = (0..14)
+        .map(|_| delay_ms(&e.admit(&waiting(&dims), at(1_000))))
+        .collect();
+    // 100 ms at 40 per second gave back 4 units; then one every 25 ms up to 200 ms.
+    let mut expected = vec![Some(0); 4];
+    expected.extend((1..=8).map(|i| Some(25 * i)));
+    expected.extend([None, None]);
+    assert_eq!(delays, expected);
+    assert_eq!(slot.remaining(), 28, "refused units stay held");
+}

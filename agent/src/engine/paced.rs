@@ -121,3 +121,79 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::EngineLimits;
+    use super::super::rules::{RuleOptions, RuleSet, RuleSource};
+    use super::*;
+    use leasehold_common::algo::Limiter;
+    use leasehold_common::policy::Policy;
+
+    const MS: u64 = 1_000_000;
+
+    fn rules(policy_yaml: &str) -> RuleSet {
+        let yaml = format!("id: p\ndimensions: [{{name: tenant}}]\n{policy_yaml}");
+        let source = RuleSource::from_policies([Policy::from_yaml(&yaml).unwrap()]);
+        let options = RuleOptions::new(&EngineLimits::default(), true);
+        RuleSet::build(source, None, &options, jiff::Timestamp::now()).unwrap()
+    }
+
+    fn pacer_of(state: &EntryState) -> Option<Gcra> {
+        match state {
+            EntryState::Leased { pacer, .. } => pacer.as_ref().map(|p| p.lock().clone()),
+            _ => panic!("a leased key's state"),
+        }
+    }
+
+    #[test]
+    fn only_keys_of_shaping_policies_keep_a_schedule() {
+        let bucket = "rate: {units: 10, per: 1s}\nburst: 3\n";
+        let shaping = format!("{bucket}shape: {{max_delay: 250ms}}\n");
+        let cases = [
+            (shaping.clone(), Some((10, 3))),
+            (bucket.to_owned(), None),
+            (format!("{shaping}mode: shadow\n"), None),
+            // A window's tolerance is its limit, as its capacity is.
+            (
+                "algorithm: fixed_window\nrate: {units: 4, per: 2s}\n\
+                 shape: {max_delay: 1s}\n"
+                    .to_owned(),
+                Some((4, 4)),
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let rules = rules(&yaml);
+            let p = rules.policy("p").unwrap();
+            let pacer = pacer_of(&p.new_state(None, Nanos(0)));
+            let got = pacer.map(|g| (g.rate().units(), g.burst()));
+            assert_eq!(got, expected, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn a_rebuilt_key_keeps_the_departures_scheduled() {
+        let rules = rules("rate: {units: 10, per: 1s}\nburst: 1\nshape: {max_delay: 1s}\n");
+        let p = rules.policy("p").unwrap();
+        let entry = Entry::new("p:k".into(), 0, 0, p.new_state(None, Nanos(0)), Nanos(0));
+        let EntryState::Leased {
+            pacer: Some(pacer), ..
+        } = &entry.state
+        else {
+            panic!("a shaping leased key keeps a schedule");
+        };
+        // Departures at 0, 100 and 200 ms, decided at 0.
+        for at in [0, 100, 200] {
+            assert!(pacer.lock().try_take(1, Nanos(at * MS)).is_admit());
+        }
+        let rebuilt = pacer_of(&p.new_state(Some(&entry), Nanos(0))).unwrap();
+        assert_eq!(rebuilt.tat(), Nanos(300 * MS));
+        assert_eq!(
+            rebuilt.last(),
+            Nanos(200 * MS),
+            "decides no earlier than them"
+        );
+        let fresh = pacer_of(&p.new_state(None, Nanos(0))).unwrap();
+        assert_eq!(fresh.available(Nanos(0)), 1);
+    }
+}

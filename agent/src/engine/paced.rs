@@ -11,8 +11,8 @@
 //!
 //! A refusal, whatever refused it (the schedule, the waiting cap or the credit), leaves
 //! both the schedule and the credit as they were. The schedule lives in the key's entry
-//! only for shaping policies: other keys keep the space of a null pointer, which fits in
-//! what the largest key state (a local limiter) takes anyway.
+//! only for shaping policies, boxed: other keys keep the space of a null pointer, which
+//! fits in what the largest key state (a local limiter) takes anyway, so no entry grows.
 
 use super::admit::{Ctx, Step};
 use super::decision::DenyReason;
@@ -27,6 +27,10 @@ use leasehold_common::time::Nanos;
 
 /// A shaping leased key's schedule of departures.
 pub(crate) type Pacer = SpinLock<Gcra>;
+
+/// What a shaping leased key spends on its schedule, in one allocation of its own.
+const PACER_SIZE_MAX_BYTES: usize = 80;
+const _: () = assert!(std::mem::size_of::<Pacer>() <= PACER_SIZE_MAX_BYTES);
 
 /// What a paced spend came to.
 pub(crate) enum Paced {

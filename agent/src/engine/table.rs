@@ -69,7 +69,7 @@ pub(crate) enum EntryState {
         /// missing first lease is waited for; [`NOT_ACQUIRING`] before that.
         acquiring_since_ns: AtomicU64,
         /// The schedule of departures of a shaping policy's key; `None` for every other
-        /// policy, whose keys spend nothing on it (see the size check below).
+        /// policy, whose keys spend nothing on it (see the size check above `Entry`).
         pacer: Option<Box<Pacer>>,
     },
     /// Decided per request by the allocator: only the entry (and its emergency bucket).

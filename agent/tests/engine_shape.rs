@@ -1,9 +1,8 @@
 //! Shaping through the engine: a request the limit would refuse now, whose units come
 //! within `shape.max_delay`, is admitted with a delay, charged at its departure; the
-//! waiting cap; callers that do not wait; several dimensions; leased keys; the library's
-//! wait.
+//! waiting cap; callers that do not wait; several dimensions; the library's wait. Leased
+//! keys: engine_shape_leased.rs.
 
-use leasehold_agent::credit::SlotState;
 use leasehold_agent::engine::{
     AdmitRequest, Decision, DenyReason, Dimension, Engine, EngineLimits, Outcome, RuleSource,
 };
@@ -185,36 +184,6 @@ fn shadow_mode_never_delays() {
     assert!(d.allowed);
     assert_eq!(d.delay_ns, 0);
     assert!(matches!(d.results[0].outcome, Outcome::ShadowDenied(_)));
-}
-
-/// A leased key spends only what its lease holds now, at once; beyond it, it refuses as
-/// without shaping rather than count on a grant not received.
-#[test]
-fn a_leased_key_spends_held_credit_without_delay() {
-    let p = policy(
-        "id: api\ndimensions: [{name: tenant, required: true}]\n\
-         rate: {units: 10, per: 1s}\nburst: 5\nshape: {max_delay: 1s}\n",
-    );
-    let e = engine_with(vec![p], 16);
-    let rx = e.take_acquire_queue().unwrap();
-    let dims = [Dimension::policy("api", ACME)];
-    let first = e.admit(&waiting(&dims), Nanos(0));
-    assert!(!first.allowed, "no lease yet");
-    let req = rx.try_recv().expect("an acquire was queued");
-    req.slot.deposit(2, 10_000 * MS);
-    req.slot.set_state(SlotState::Active);
-    let decisions: Vec<_> = (0..3)
-        .map(|_| e.admit(&waiting(&dims), Nanos(MS)))
-        .collect();
-    assert_eq!(
-        decisions.iter().map(delay_ms).collect::<Vec<_>>(),
-        [Some(0), Some(0), None]
-    );
-    assert_eq!(
-        decisions[2].results[0].outcome,
-        Outcome::Denied(DenyReason::OverLimit)
-    );
-    assert_eq!(e.stats().shaped_admitted, 0);
 }
 
 #[tokio::test]

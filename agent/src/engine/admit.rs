@@ -383,9 +383,14 @@ impl Engine {
         let entry = entry.get();
         match kind {
             ChargeKind::Slot(ticket) => {
-                if let EntryState::Leased { slot, .. } = &entry.state {
+                if let EntryState::Leased { slot, pacer, .. } = &entry.state {
                     // Refused once the lease closed: the units then count as spent.
                     slot.refund(units, ticket);
+                    if let Some(pacer) = pacer {
+                        // A kept charge never waits, so it was scheduled at `at`.
+                        use leasehold_common::algo::Limiter;
+                        pacer.lock().refund(units, at);
+                    }
                 }
             }
             ChargeKind::Local => {

@@ -1,9 +1,11 @@
-//! Spending leased credit, and the policy's failure behaviour when there is no live lease.
+//! Spending leased credit (paced, for a shaping policy: see [`super::paced`]), and the
+//! policy's failure behaviour when there is no live lease.
 
 use super::acquire::{self, AcquireRequest};
 use super::admit::{Ctx, Step};
 use super::check::restricted;
 use super::decision::{DenyReason, Outcome};
+use super::paced::Paced;
 use super::policy::CompiledPolicy;
 use super::stats::Count;
 use super::table::{EntryState, NOT_ACQUIRING};
@@ -27,6 +29,7 @@ impl Engine {
         let EntryState::Leased {
             slot,
             acquiring_since_ns,
+            pacer,
         } = &entry.state
         else {
             unreachable!("called for leased entries only");
@@ -41,7 +44,22 @@ impl Engine {
             slot.note_unspent(units, now.0);
             return self.on_failure(p, entry, slot.remaining(), units, ctx);
         }
-        if let Some(ticket) = slot.try_spend(units, now.0) {
+        if let Some(pacer) = pacer {
+            match self.spend_paced(pacer, slot, units, p.max_delay_ns, ctx) {
+                Paced::Spent { ticket, delay_ns } => {
+                    if delay_ns > 0 {
+                        self.counters.bump(Count::ShapedAdmitted);
+                        ctx.delay_ns = delay_ns;
+                    }
+                    return admitted(p, entry, slot, units, ticket, ctx);
+                }
+                Paced::Refused(step) => {
+                    slot.note_unspent(units, now.0);
+                    return step;
+                }
+                Paced::NoCredit => {}
+            }
+        } else if let Some(ticket) = slot.try_spend(units, now.0) {
             return admitted(p, entry, slot, units, ticket, ctx);
         }
         slot.note_unspent(units, now.0);

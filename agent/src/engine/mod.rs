@@ -22,7 +22,9 @@
 //! **Shaping.** A local key of a policy with `shape` charges a request that accepts a delay
 //! ([`AdmitRequest::accept_delay`], one dimension only) at the earliest time within
 //! `max_delay` its units exist, answering [`Decision::delay_ns`]; at most
-//! `shaped_waiting_max` such requests wait at once (see `shaped`).
+//! `shaped_waiting_max` such requests wait at once (see `shaped`). A leased key of such a
+//! policy spends its held credit when it decides and paces the departures at the policy's
+//! rate (see `paced`).
 //!
 //! Overrides, in order: the policy's kill switch admits everything (counted apart); an
 //! operator's [`Emergency`] (`fail_open`, `restricted`) replaces normal enforcement; shadow
@@ -66,6 +68,7 @@ mod forget;
 mod leased;
 mod local;
 mod overrides;
+mod paced;
 mod policy;
 mod protect;
 mod readlock;

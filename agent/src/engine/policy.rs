@@ -164,6 +164,7 @@ impl CompiledPolicy {
                 EntryState::Leased {
                     slot,
                     acquiring_since_ns: AtomicU64::new(super::table::NOT_ACQUIRING),
+                    pacer: self.new_pacer(stale, now),
                 }
             }
             Enforcement::Exact => EntryState::Exact,

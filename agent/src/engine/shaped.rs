@@ -1,10 +1,8 @@
 //! Shaping in the engine: a local key's charge made at its departure time, and the cap on
 //! requests admitted with a delay that have not departed yet.
 //!
-//! Only local limiters shape. A leased key spends credit this agent holds now, which is
-//! spendable at once, and credit it does not hold yet is never scheduled against: a grant
-//! the lease manager has not received may never come. So a leased key answers with no
-//! delay or refuses as before.
+//! Leased keys shape with a schedule of their own over the credit they hold
+//! ([`super::paced`]); they share the waiting cap kept here.
 
 use super::admit::{Ctx, Step};
 use super::decision::{DenyReason, Outcome};

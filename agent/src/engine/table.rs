@@ -17,6 +17,7 @@
 //! other.
 
 use super::local::{LocalLimiter, LocalTime};
+use super::paced::Pacer;
 use super::readlock::ReadStripedLock;
 use super::spin::SpinLock;
 use hashbrown::HashTable;
@@ -31,6 +32,13 @@ use crate::credit::CreditSlot;
 
 /// `acquiring_since_ns` before the engine has seen the slot wait for a lease.
 pub(crate) const NOT_ACQUIRING: u64 = u64::MAX;
+
+// A leased key's state, pacer included, fits in the space a local limiter takes: shaping
+// leased keys add nothing to the size of every other key's entry.
+const _: () = assert!(
+    std::mem::size_of::<(Arc<CreditSlot>, AtomicU64, Option<Box<Pacer>>)>()
+        <= std::mem::size_of::<SpinLock<LocalLimiter>>()
+);
 
 /// One key's state.
 #[derive(Debug)]
@@ -60,6 +68,9 @@ pub(crate) enum EntryState {
         /// When this engine asked for the key's lease (monotonic ns), to bound how long a
         /// missing first lease is waited for; [`NOT_ACQUIRING`] before that.
         acquiring_since_ns: AtomicU64,
+        /// The schedule of departures of a shaping policy's key; `None` for every other
+        /// policy, whose keys spend nothing on it (see the size check above `Entry`).
+        pacer: Option<Box<Pacer>>,
     },
     /// Decided per request by the allocator: only the entry (and its emergency bucket).
     Exact,

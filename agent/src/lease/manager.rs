@@ -29,7 +29,7 @@ use super::marks::MARK_UNBOUNDED;
 use super::state::{LeaseStore, StateError};
 use super::state_sled::SledStore;
 use super::watch::Watching;
-use crate::credit::{CreditSlot, SlotState};
+use crate::credit::{CreditSlot, SlotCounts, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_client::{Grantor, GrantorError};
 use leasehold_common::lease::HolderConfig;
@@ -177,6 +177,11 @@ pub(super) struct Held {
     pub(super) priority: u8,
     /// Demand the last report told the grantor, in units per second.
     pub(super) reported_demand: u64,
+    /// The slot's counts where this lease started counting: what grantors had
+    /// acknowledged under earlier leases of the key.
+    pub(super) counts_base: SlotCounts,
+    /// The slot's counts the last report sent; acknowledged when it is answered.
+    pub(super) counts_sent: SlotCounts,
 }
 
 impl Held {
@@ -468,6 +473,7 @@ impl LeaseManager {
                     lease_id: lease.lease_id,
                     final_used: 0,
                     request_id: self.request_id(),
+                    ..Default::default()
                 };
                 let _ = self.grantor.release(r).await;
                 self.waiting.push((req, retry_at));
@@ -521,6 +527,7 @@ impl LeaseManager {
         let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
         req.slot.deposit(0, deadline.0);
         req.slot.set_state(SlotState::Active);
+        let counts_base = req.slot.acknowledged();
         let held = Held {
             policy_id: Arc::clone(&req.policy_id),
             key: req.key.clone(),
@@ -545,6 +552,8 @@ impl LeaseManager {
             ask_again_at: Nanos::ZERO,
             priority: req.priority,
             reported_demand: 0,
+            counts_base,
+            counts_sent: SlotCounts::default(),
         };
         // Spendable at once where no durable mark holds it back: waiting for the next
         // round's top-up would refuse the requests of that gap as over the limit.

@@ -7,7 +7,7 @@ use super::watch::{watch_stream, WatchSettings};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::{Lease, LeaseSigner};
-use leasehold_common::ledger::{Acquire, Command, Outcome, Release, Report};
+use leasehold_common::ledger::{Acquire, Command, HolderCounts, Outcome, Release, Report};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseService;
 use leasehold_proto::transport::AuthMode;
@@ -117,7 +117,12 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
             request_id: r.request_id,
             priority: 0,
         };
-        let cmd = StateCommand::report(report, r.shadow_would_deny);
+        let counts = HolderCounts {
+            refused: r.refused_units,
+            shaped: r.shaped_units,
+            fail_open: r.fail_open_units,
+        };
+        let cmd = StateCommand::report(report, r.shadow_would_deny, counts);
         match self.propose(cmd).await? {
             Outcome::Granted(g) => {
                 let g = *g;
@@ -138,13 +143,18 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let cmd = Command::Release(Release {
+        let release = Release {
             holder_id: r.holder_id.clone(),
             lease_id: r.lease_id,
             final_used: r.final_used,
             request_id: r.request_id,
-        });
-        match self.ledger(cmd).await? {
+        };
+        let counts = HolderCounts {
+            refused: r.refused_units,
+            shaped: r.shaped_units,
+            fail_open: r.fail_open_units,
+        };
+        match self.propose(StateCommand::release(release, counts)).await? {
             Outcome::Released {
                 reclaimed,
                 stranded,

@@ -134,6 +134,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             request_id: self.request_id(now),
             policy_version: 0,
             shadow_would_deny: 0,
+            ..Default::default()
         };
         let resp = match self.grantor.report(req).await {
             Ok(r) => r,
@@ -190,6 +191,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             lease_id: pos.upstream_lease_id,
             final_used,
             request_id: self.request_id(now),
+            ..Default::default()
         };
         let released = match self.grantor.release(req).await {
             Ok(_) => true,

@@ -1,0 +1,120 @@
+//! The holder's own counts reach the grantor on its leases: every refusal the engine gave a
+//! key is reported once, cumulatively on the lease it happened under (or the next one), so
+//! the highest count each lease stated sums to what the traffic saw refused.
+
+use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
+use leasehold_agent::lease::{LeaseManager, ManagerConfig};
+use leasehold_client::{BoxFuture, Grantor, GrantorError, LocalGrantor};
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::{Ledger, LedgerConfig};
+use leasehold_common::policy::Policy;
+use leasehold_common::time::{Clock, SystemClock};
+use leasehold_proto::leasehold::v1 as pb;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// 20 units that do not come back during the test.
+const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 1, per: 1h}\nburst: 20\nscope: global\nlease: {ttl: 2s, refresh_horizon: 200ms, reserve_fraction: 0}\n";
+
+/// A grantor that remembers the highest refused and fail-open counts stated per lease.
+struct Recording {
+    inner: Arc<LocalGrantor>,
+    stated: Mutex<BTreeMap<u64, (u64, u64)>>,
+}
+
+impl Recording {
+    fn note(&self, lease_id: u64, refused: u64, fail_open: u64) {
+        let mut m = self.stated.lock().unwrap();
+        let e = m.entry(lease_id).or_default();
+        *e = (e.0.max(refused), e.1.max(fail_open));
+    }
+}
+
+impl Grantor for Recording {
+    fn acquire(
+        &self,
+        req: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
+        self.inner.acquire(req)
+    }
+
+    fn report(
+        &self,
+        req: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
+        self.note(req.lease_id, req.refused_units, req.fail_open_units);
+        assert_eq!(req.shaped_units, 0, "nothing shapes yet");
+        self.inner.report(req)
+    }
+
+    fn release(
+        &self,
+        req: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
+        self.note(req.lease_id, req.refused_units, req.fail_open_units);
+        self.inner.release(req)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_reported_once_on_a_lease() {
+    let policy = Policy::from_yaml(POLICY).unwrap();
+    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
+    let local = Arc::new(LocalGrantor::new(
+        Ledger::new(LedgerConfig::root("standalone")),
+        signer,
+        Arc::new(SystemClock::new()),
+    ));
+    assert_eq!(local.install(std::slice::from_ref(&policy)).unwrap(), 1);
+    let recording = Arc::new(Recording {
+        inner: Arc::clone(&local),
+        stated: Mutex::new(BTreeMap::new()),
+    });
+    let clock = SystemClock::new();
+    let engine = Arc::new(
+        Engine::builder()
+            .start(clock.now())
+            .build(RuleSource::from_policies(vec![policy]))
+            .unwrap(),
+    );
+    let mut cfg = ManagerConfig::new("gw-1");
+    cfg.tick_ms = 5;
+    cfg.report_every_ms = 50;
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let grantor: Arc<dyn Grantor> = recording.clone();
+    let manager = LeaseManager::new(
+        cfg,
+        grantor,
+        clock.clone(),
+        engine.take_acquire_queue().unwrap(),
+    );
+    let task = tokio::spawn(manager.run(rx));
+
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    for _ in 0..60 {
+        let entries = [("tenant", "acme")];
+        let dims = [Dimension::policy("api", &entries)];
+        if engine.admit(&AdmitRequest::new(&dims), clock.now()).allowed {
+            admitted += 1;
+        } else {
+            refused += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        admitted > 0 && refused > 0,
+        "{admitted} admitted, {refused} refused"
+    );
+    stop.send(true).unwrap();
+    let counters = task.await.unwrap();
+    assert!(counters.releases >= 1, "{counters:?}");
+
+    let stated = recording.stated.lock().unwrap().clone();
+    let reported: u64 = stated.values().map(|(r, _)| r).sum();
+    let fail_open: u64 = stated.values().map(|(_, f)| f).sum();
+    assert_eq!(reported, refused, "per lease: {stated:?}");
+    assert_eq!(fail_open, 0);
+    let used: u64 = local.with_ledger(|l| l.accounts().map(|(_, a)| a.stats.used).sum());
+    assert_eq!(used, admitted);
+}

@@ -335,6 +335,8 @@ impl Machine for AllocatorState {
             StateCommand::Ledger(Command::Release(r)) => {
                 self.apply_release(now, r, HolderCounts::default())
             }
+            StateCommand::Ledger(Command::Decide(d)) => self.apply_decide(now, d),
+            StateCommand::Ledger(Command::Refund(r)) => self.apply_refund(now, r),
             StateCommand::Ledger(c) => StateOutput::Ledger(self.ledger.apply(now, c)),
             StateCommand::ShadowReport { report, would_deny } => {
                 self.apply_report(now, report, would_deny, HolderCounts::default())

@@ -7,8 +7,8 @@
 
 use super::{AllocatorState, StateOutput};
 use leasehold_common::ledger::{
-    Command, HolderCounts, LeaseRecord, Outcome, Release, Report, UsageBook, UsageCounts,
-    UsageSubject,
+    Command, Decide, HolderCounts, LeaseRecord, Outcome, Refund, Release, Report, UsageBook,
+    UsageCounts, UsageSubject,
 };
 use leasehold_common::time::Nanos;
 
@@ -101,6 +101,45 @@ impl AllocatorState {
         StateOutput::Ledger(out)
     }
 
+    /// A decision of exact policies: each item's units admitted, or refused where the item
+    /// did not fit. Decisions name no holder, so their rows have none.
+    pub(super) fn apply_decide(&mut self, now: Nanos, d: Decide) -> StateOutput {
+        let items: Vec<(UsageSubject, u64)> = d.items.iter().map(exact_item).collect();
+        let out = self.ledger.apply(now, Command::Decide(d));
+        if let Ok(Outcome::Decided(decided)) = &out {
+            for ((who, units), verdict) in items.iter().zip(&decided.verdicts) {
+                let booked = match (decided.admitted, verdict.fits) {
+                    (true, _) => UsageCounts {
+                        admitted: *units,
+                        ..UsageCounts::default()
+                    },
+                    (false, false) => UsageCounts {
+                        refused: *units,
+                        ..UsageCounts::default()
+                    },
+                    (false, true) => continue,
+                };
+                self.usage.record(decided.at, who, &booked);
+            }
+        }
+        StateOutput::Ledger(out)
+    }
+
+    /// A refund of an admitted decision: the units the ledger gave back leave the admitted
+    /// figures of the decision's hour, item by item.
+    pub(super) fn apply_refund(&mut self, now: Nanos, r: Refund) -> StateOutput {
+        let items: Vec<(UsageSubject, u64)> = r.items.iter().map(exact_item).collect();
+        let decided_at = r.decided_at;
+        let out = self.ledger.apply(now, Command::Refund(r));
+        if let Ok(Outcome::Refunded { units }) = &out {
+            let mut left = *units;
+            for (who, units) in &items {
+                left -= self.usage.take_back(decided_at, who, left.min(*units));
+            }
+        }
+        StateOutput::Ledger(out)
+    }
+
     /// Every live lease, as a restore writes them all off.
     pub(super) fn leases_outstanding(&self) -> Vec<(u64, UsageSubject, u64)> {
         self.ledger
@@ -124,6 +163,15 @@ impl AllocatorState {
             self.usage.record(at, &who, &booked);
         }
     }
+}
+
+fn exact_item(i: &leasehold_common::ledger::DecideItem) -> (UsageSubject, u64) {
+    let who = UsageSubject {
+        policy_id: i.policy_id.clone(),
+        key: i.key.clone(),
+        holder_id: String::new(),
+    };
+    (who, i.units)
 }
 
 fn add_holder(c: &mut UsageCounts, h: &HolderCounts) {

@@ -225,6 +225,22 @@ impl UsageBook {
             .add(counts);
     }
 
+    /// Takes `admitted` units back out of `who`'s row in the bucket of `at` (a decision
+    /// refunded after another dimension of its request refused): as far as that row, or
+    /// its policy's overflow for the bucket, holds them. Returns the units taken back.
+    pub fn take_back(&mut self, at: Nanos, who: &UsageSubject, admitted: u64) -> u64 {
+        let bucket = bucket_of(at.0);
+        let row = match self.buckets.get_mut(&bucket).and_then(|r| r.get_mut(who)) {
+            Some(row) => Some(row),
+            None => self.overflow.get_mut(&(bucket, who.policy_id.clone())),
+        };
+        row.map_or(0, |c| {
+            let taken = admitted.min(c.admitted);
+            c.admitted -= taken;
+            taken
+        })
+    }
+
     /// The growth of a lease's holder counts since its last accepted report, remembering
     /// the new ones: a repeated report adds nothing, a reordered older one lowers nothing.
     /// `live` says which leases still exist, for dropping the marks of ended ones.

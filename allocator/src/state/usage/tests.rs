@@ -273,3 +273,61 @@ fn backups_carry_usage_and_earlier_ones_still_restore() {
     assert_eq!(t.admitted, 3);
     assert!(t.stranded > 0, "{t:?}");
 }
+
+#[test]
+fn exact_decisions_book_admitted_and_refused_units_and_refunds_take_them_back() {
+    let mut s = AllocatorState::new(LedgerConfig::root("global"));
+    let exact = "id: ex\ndimensions: [{name: tenant}]\nkey: [tenant]\nscope: global\n\
+                 enforcement: exact\nrate: {units: 5, per: 1h}\nburst: 5\n";
+    let out = s.apply(
+        T0,
+        StateCommand::ApplyPolicy {
+            yaml: exact.into(),
+            shadow: false,
+            effective_at_ns: 0,
+            actor: "admin/ops".into(),
+        },
+    );
+    assert!(matches!(out, StateOutput::Policy { .. }), "{out:?}");
+    let item = |units| leasehold_common::ledger::DecideItem {
+        policy_id: "ex".into(),
+        key: "ex:tenant=acme".into(),
+        units,
+    };
+    let decide = |s: &mut AllocatorState, units| match s.apply(
+        T0,
+        StateCommand::Ledger(Command::Decide(leasehold_common::ledger::Decide {
+            items: vec![item(units)],
+        })),
+    ) {
+        StateOutput::Ledger(Ok(Outcome::Decided(d))) => *d,
+        other => panic!("not decided: {other:?}"),
+    };
+    let first = decide(&mut s, 3);
+    assert!(first.admitted);
+    assert!(!decide(&mut s, 3).admitted, "only 2 left");
+    let ex = |s: &AllocatorState| {
+        s.usage()
+            .query(&UsageQuery {
+                policy_id: "ex",
+                key: None,
+                since_ns: 0,
+                until_ns: u64::MAX / 2,
+                per_holder: false,
+                rows_max: 10,
+            })
+            .total
+    };
+    assert_eq!((ex(&s).admitted, ex(&s).refused), (3, 3));
+    // Another dimension refused the first request: its units come back, later.
+    let refund = leasehold_common::ledger::Refund {
+        items: vec![item(3)],
+        decided_at: first.at,
+    };
+    let out = s.apply(
+        Nanos(T0.0 + 1_000_000),
+        StateCommand::Ledger(Command::Refund(refund)),
+    );
+    assert_eq!(out, StateOutput::Ledger(Ok(Outcome::Refunded { units: 3 })));
+    assert_eq!((ex(&s).admitted, ex(&s).refused), (0, 3));
+}

@@ -132,6 +132,26 @@ fn rows_past_the_cap_are_counted_in_their_policy_overflow() {
 }
 
 #[test]
+fn units_taken_back_leave_the_row_they_were_booked_in() {
+    let mut book = UsageBook::new(UsageLimits {
+        retention_hours: 24,
+        rows_max: 1,
+    });
+    book.record(Nanos(HOUR), &who("p", "k1", ""), &admitted(5));
+    book.record(Nanos(HOUR), &who("p", "k2", ""), &admitted(4));
+    // Taken back from the hour of the decision, however late the refund arrives.
+    assert_eq!(book.take_back(Nanos(HOUR + 10), &who("p", "k1", ""), 2), 2);
+    assert_eq!(
+        book.take_back(Nanos(HOUR), &who("p", "k2", ""), 9),
+        4,
+        "from the overflow"
+    );
+    assert_eq!(book.take_back(Nanos(3 * HOUR), &who("p", "k1", ""), 1), 0);
+    let r = book.query(&query("p", 0, 2 * HOUR));
+    assert_eq!((r.total.admitted, r.overflow.admitted), (3, 0));
+}
+
+#[test]
 fn a_row_limit_truncates_rows_but_not_the_total() {
     let mut book = UsageBook::default();
     for k in 0..5 {

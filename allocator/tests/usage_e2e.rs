@@ -7,8 +7,8 @@
 mod process_support;
 
 use process_support::{
-    admit_answer, ctl_insecure, json, leasectl_binary, start_insecure_agent,
-    start_insecure_allocator, wait_until,
+    admit_answer, ctl_insecure, insecure_node_config, json, leasectl_binary, start_insecure_agent,
+    start_node, wait_until,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -132,7 +132,10 @@ fn ctl_raw(server: &str, output: &str, args: &[&str]) -> Output {
 fn recorded_usage_matches_what_the_agents_answered() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (_node, server) = start_insecure_allocator(dir);
+    // Snapshots every 20 entries, so the restart below reads usage back from one.
+    let raft = "{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, snapshot_every_entries: 20}";
+    let (config, server) = insecure_node_config(dir, raft);
+    let node = start_node(&config, &server, &dir.join("node.log"));
     for (id, body) in POLICIES {
         apply(dir, &server, id, body);
     }
@@ -251,4 +254,23 @@ fn recorded_usage_matches_what_the_agents_answered() {
     );
     assert_eq!(unknown.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("'nope'"));
+
+    // Killed and restarted from its data directory, the node still holds every figure.
+    let range = ["--policy", "tb", "--since", &since, "--until", &until];
+    let before = usage(&server, &range);
+    drop(node);
+    let _node = start_node(&config, &server, &dir.join("node-restarted.log"));
+    let after = usage(&server, &range);
+    // Both agents keep running, idle: what the one that held the lease reported stays as
+    // it was, and nothing admitted was lost or added.
+    assert_eq!(
+        per_holder(&after, "gw-a"),
+        per_holder(&before, "gw-a"),
+        "{before} became {after}"
+    );
+    assert_eq!(
+        after["total"]["admitted"], before["total"]["admitted"],
+        "{after}"
+    );
+    assert!(before["total"]["admitted"].as_u64() > Some(0));
 }

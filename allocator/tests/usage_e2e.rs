@@ -139,7 +139,13 @@ fn recorded_usage_matches_what_the_agents_answered() {
     for (id, body) in POLICIES {
         apply(dir, &server, id, body);
     }
-    let (_a, port_a) = start_insecure_agent(dir, &server, "gw-a");
+    apply(
+        dir,
+        &server,
+        "big",
+        "rate: {units: 100, per: 1h}\nburst: 100\n",
+    );
+    let (agent_a, port_a) = start_insecure_agent(dir, &server, "gw-a");
     let (_b, port_b) = start_insecure_agent(dir, &server, "gw-b");
     let (since, until) = (rfc3339(-3_600), rfc3339(3_600));
 
@@ -254,6 +260,31 @@ fn recorded_usage_matches_what_the_agents_answered() {
     );
     assert_eq!(unknown.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("'nope'"));
+
+    // An agent killed while it holds unspent credit never reports again: once its lease is
+    // written off, what it had not reported spent shows as stranded.
+    let big = drive(port_a, "big", 5);
+    let big_range = ["--policy", "big", "--since", &since, "--until", &until];
+    settles_to(&server, &big_range, &[("gw-a", big)]);
+    drop(agent_a);
+    let leases = json(&ctl_insecure(
+        &server,
+        &["lease", "ls", "--holder", "gw-a", "--policy", "big"],
+    ));
+    let lease = &leases.as_array().expect("a list of leases")[0];
+    let unspent = lease["credit"].as_u64().unwrap() - lease["used"].as_u64().unwrap();
+    assert!(unspent > 0, "{leases}");
+    let stranded = wait_until(Duration::from_secs(40), Duration::from_millis(250), || {
+        let v = usage(&server, &big_range);
+        let s = v["rows"][0]["counts"]["stranded"].as_u64().unwrap_or(0);
+        if s > 0 {
+            Ok((s, v))
+        } else {
+            Err(format!("nothing stranded yet: {v}"))
+        }
+    });
+    assert_eq!(stranded.0, unspent, "{leases} {}", stranded.1);
+    assert_eq!(stranded.1["rows"][0]["counts"]["admitted"], big.0);
 
     // Killed and restarted from its data directory, the node still holds every figure.
     let range = ["--policy", "tb", "--since", &since, "--until", &until];

@@ -1,6 +1,7 @@
-//! The holder's own counts reach the grantor on its leases: every refusal the engine gave a
-//! key is reported once, cumulatively on the lease it happened under (or the next one), so
-//! the highest count each lease stated sums to what the traffic saw refused.
+//! The holder's own counts reach the grantor: every refusal the engine gave a key is stated
+//! once, cumulatively on the lease it happened under, or with the acquire of the next one
+//! when the key held no lease, so the highest count each lease stated plus what acquires
+//! carried sums to what the traffic saw.
 
 use leasehold_agent::engine::Outcome;
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
@@ -24,10 +25,22 @@ const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate
 struct Recording {
     inner: Arc<LocalGrantor>,
     stated: Mutex<BTreeMap<u64, (u64, u64)>>,
+    /// Counts acquires carried (made while no lease was held), by request id.
+    acquired: Mutex<BTreeMap<u64, (u64, u64)>>,
     down: AtomicBool,
 }
 
 impl Recording {
+    /// Refused and fail-open units stated over all leases and acquires.
+    fn totals(&self) -> (u64, u64) {
+        let stated = self.stated.lock().unwrap();
+        let acquired = self.acquired.lock().unwrap();
+        stated
+            .values()
+            .chain(acquired.values())
+            .fold((0, 0), |(r, f), (dr, df)| (r + dr, f + df))
+    }
+
     fn note(&self, lease_id: u64, refused: u64, fail_open: u64) {
         let mut m = self.stated.lock().unwrap();
         let e = m.entry(lease_id).or_default();
@@ -43,6 +56,8 @@ impl Grantor for Recording {
         if self.down.load(Ordering::SeqCst) {
             return Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) });
         }
+        let counts = (req.refused_units, req.fail_open_units);
+        self.acquired.lock().unwrap().insert(req.request_id, counts);
         self.inner.acquire(req)
     }
 
@@ -83,6 +98,7 @@ async fn every_refusal_is_reported_once_on_a_lease() {
     let recording = Arc::new(Recording {
         inner: Arc::clone(&local),
         stated: Mutex::new(BTreeMap::new()),
+        acquired: Mutex::new(BTreeMap::new()),
         down: AtomicBool::new(false),
     });
     let clock = SystemClock::new();
@@ -124,10 +140,8 @@ async fn every_refusal_is_reported_once_on_a_lease() {
     let counters = task.await.unwrap();
     assert!(counters.releases >= 1, "{counters:?}");
 
-    let stated = recording.stated.lock().unwrap().clone();
-    let reported: u64 = stated.values().map(|(r, _)| r).sum();
-    let fail_open: u64 = stated.values().map(|(_, f)| f).sum();
-    assert_eq!(reported, refused, "per lease: {stated:?}");
+    let (reported, fail_open) = recording.totals();
+    assert_eq!(reported, refused, "{:?}", recording.stated);
     assert_eq!(fail_open, 0);
     let used: u64 = local.with_ledger(|l| l.accounts().map(|(_, a)| a.stats.used).sum());
     assert_eq!(used, admitted);
@@ -149,6 +163,7 @@ async fn fail_open_admissions_are_reported_on_the_next_lease_that_gets_through()
     let recording = Arc::new(Recording {
         inner: Arc::clone(&local),
         stated: Mutex::new(BTreeMap::new()),
+        acquired: Mutex::new(BTreeMap::new()),
         down: AtomicBool::new(false),
     });
     let clock = SystemClock::new();
@@ -193,20 +208,15 @@ async fn fail_open_admissions_are_reported_on_the_next_lease_that_gets_through()
     // Past the lease's end: the agent admits uncharged, counting each one.
     fail_open += run(1_500).await;
     assert!(fail_open > 0, "nothing was admitted fail-open");
-    let before_back: u64 = recording
-        .stated
-        .lock()
-        .unwrap()
-        .values()
-        .map(|(_, f)| f)
-        .sum();
-    assert_eq!(before_back, 0, "nothing could be sent while cut off");
+    assert_eq!(
+        recording.totals().1,
+        0,
+        "nothing could be sent while cut off"
+    );
     recording.down.store(false, Ordering::SeqCst);
     fail_open += run(500).await;
     stop.send(true).unwrap();
     task.await.unwrap();
 
-    let stated = recording.stated.lock().unwrap().clone();
-    let reported: u64 = stated.values().map(|(_, f)| f).sum();
-    assert_eq!(reported, fail_open, "per lease: {stated:?}");
+    assert_eq!(recording.totals().1, fail_open, "{:?}", recording.stated);
 }

@@ -210,15 +210,22 @@ impl Run {
                 key,
                 want,
                 priority,
-            } => StateCommand::Ledger(Command::Acquire(Acquire {
-                holder_id: format!("agent/{holder}"),
-                policy_id: id(policy),
-                key: format!("{}|t{key}", id(policy)),
-                want_credit: want,
-                demand_milli_per_sec: want * 500,
-                request_id,
-                priority,
-            })),
+            } => StateCommand::acquire(
+                Acquire {
+                    holder_id: format!("agent/{holder}"),
+                    policy_id: id(policy),
+                    key: format!("{}|t{key}", id(policy)),
+                    want_credit: want,
+                    demand_milli_per_sec: want * 500,
+                    request_id,
+                    priority,
+                },
+                // Refusals made without a lease ride on some acquires.
+                HolderCounts {
+                    refused: want % 3,
+                    ..HolderCounts::default()
+                },
+            ),
             Op::Report {
                 lease,
                 used,

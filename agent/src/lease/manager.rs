@@ -420,16 +420,32 @@ impl LeaseManager {
         let grantor = Arc::clone(&self.grantor);
         let answers = bounded(calls, self.cfg.acquire_in_flight_max, |(req, r)| {
             let grantor = &grantor;
-            async move { (req, grantor.acquire(r).await) }
+            let sent = SlotCounts {
+                refused: r.refused_units,
+                fail_open: r.fail_open_units,
+            };
+            async move { (req, sent, grantor.acquire(r).await) }
         })
         .await;
-        for (req, answer) in answers {
+        for (req, sent, answer) in answers {
+            if answer.is_ok() {
+                // Nothing else acknowledges counts of a slot without a lease meanwhile, so
+                // the acknowledged mark plus what was sent is what the slot had counted.
+                let ack = req.slot.acknowledged();
+                req.slot.acknowledge(SlotCounts {
+                    refused: ack.refused + sent.refused,
+                    fail_open: ack.fail_open + sent.fail_open,
+                });
+            }
             self.acquired(req, answer, sent_at).await;
         }
     }
 
     fn acquire_request(&mut self, req: &AcquireRequest) -> pb::AcquireRequest {
         self.counters.acquires += 1;
+        // Counts made while the key held no lease here (refusals while every unit was
+        // leased elsewhere) have no lease to ride on: the acquire carries them.
+        let counts = req.slot.counts().since(req.slot.acknowledged());
         pb::AcquireRequest {
             holder_id: self.cfg.holder_id.clone(),
             policy_id: req.policy_id.to_string(),
@@ -439,6 +455,9 @@ impl LeaseManager {
             request_id: self.request_id(),
             priority: u32::from(req.priority),
             known_policy_version: req.policy_version,
+            refused_units: counts.refused,
+            shaped_units: 0,
+            fail_open_units: counts.fail_open,
         }
     }
 

@@ -148,7 +148,8 @@ impl AllocatorState {
             StateCommand::Ledger(_)
             | StateCommand::ShadowReport { .. }
             | StateCommand::CountedReport { .. }
-            | StateCommand::CountedRelease { .. } => {
+            | StateCommand::CountedRelease { .. }
+            | StateCommand::CountedAcquire { .. } => {
                 unreachable!("ledger commands are applied directly")
             }
         };

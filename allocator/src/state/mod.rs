@@ -23,8 +23,8 @@ pub use shadow::{ShadowBook, ShadowTally};
 
 use crate::replica::Machine;
 use leasehold_common::ledger::{
-    Command, HolderCounts, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams, Release,
-    Report, UsageBook, UsageLimits,
+    Acquire, Command, HolderCounts, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams,
+    Release, Report, UsageBook, UsageLimits,
 };
 use leasehold_common::policy::{PolicySet, PolicySetLimits};
 use leasehold_common::time::Nanos;
@@ -102,6 +102,12 @@ pub enum StateCommand {
         release: Release,
         counts: HolderCounts,
     },
+    /// A holder's acquire carrying the counts it made for the key while it held no lease
+    /// there (since the grantor last acknowledged any).
+    CountedAcquire {
+        acquire: Acquire,
+        counts: HolderCounts,
+    },
 }
 
 impl StateCommand {
@@ -116,6 +122,15 @@ impl StateCommand {
                 would_deny,
                 counts,
             },
+        }
+    }
+
+    /// The command for a holder's acquire, as [`StateCommand::report`].
+    pub fn acquire(acquire: Acquire, counts: HolderCounts) -> StateCommand {
+        if counts.is_zero() {
+            StateCommand::Ledger(Command::Acquire(acquire))
+        } else {
+            StateCommand::CountedAcquire { acquire, counts }
         }
     }
 
@@ -348,6 +363,9 @@ impl Machine for AllocatorState {
             } => self.apply_report(now, report, would_deny, counts),
             StateCommand::CountedRelease { release, counts } => {
                 self.apply_release(now, release, counts)
+            }
+            StateCommand::CountedAcquire { acquire, counts } => {
+                self.apply_acquire(now, acquire, counts)
             }
             other => self.apply_admin(now, other),
         }

@@ -7,8 +7,8 @@
 
 use super::{AllocatorState, StateOutput};
 use leasehold_common::ledger::{
-    Command, Decide, HolderCounts, LeaseRecord, Outcome, Refund, Release, Report, UsageBook,
-    UsageCounts, UsageSubject,
+    Acquire, Command, Decide, HolderCounts, LeaseRecord, Outcome, Refund, Release, Report,
+    UsageBook, UsageCounts, UsageSubject,
 };
 use leasehold_common::time::Nanos;
 
@@ -98,6 +98,37 @@ impl AllocatorState {
         let out = self.ledger.apply(now, Command::Tick);
         self.book_written_off(due);
         self.usage.prune(self.ledger.now());
+        StateOutput::Ledger(out)
+    }
+
+    /// A holder's acquire with the counts it made while it held no lease of the key. They
+    /// are booked once: a retry of an answered request is answered from memory and adds
+    /// nothing.
+    pub(super) fn apply_acquire(
+        &mut self,
+        now: Nanos,
+        acquire: Acquire,
+        counts: HolderCounts,
+    ) -> StateOutput {
+        let who = UsageSubject {
+            policy_id: acquire.policy_id.clone(),
+            key: acquire.key.clone(),
+            holder_id: acquire.holder_id.clone(),
+        };
+        let request_id = acquire.request_id;
+        let answered_before = self
+            .ledger
+            .account(&acquire.key)
+            .and_then(|a| a.holders.get(&acquire.holder_id))
+            .filter(|slot| slot.last_outcome.is_some())
+            .map(|slot| slot.last_request_id);
+        let out = self.ledger.apply(now, Command::Acquire(acquire));
+        let fresh = answered_before.is_none_or(|last| request_id > last);
+        if fresh && out.is_ok() {
+            let mut booked = UsageCounts::default();
+            add_holder(&mut booked, &counts);
+            self.usage.record(self.ledger.now(), &who, &booked);
+        }
         StateOutput::Ledger(out)
     }
 

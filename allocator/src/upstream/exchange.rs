@@ -90,6 +90,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             request_id: self.request_id(now),
             priority: v.priority,
             known_policy_version: 0,
+            ..Default::default()
         };
         let resp = self
             .grantor

@@ -331,3 +331,36 @@ fn exact_decisions_book_admitted_and_refused_units_and_refunds_take_them_back() 
     assert_eq!(out, StateOutput::Ledger(Ok(Outcome::Refunded { units: 3 })));
     assert_eq!((ex(&s).admitted, ex(&s).refused), (0, 3));
 }
+
+#[test]
+fn counts_an_acquire_carries_are_booked_once() {
+    let mut s = state();
+    let acquire = |request_id| Acquire {
+        holder_id: "gw-2".into(),
+        policy_id: "api".into(),
+        key: KEY.into(),
+        want_credit: 50,
+        demand_milli_per_sec: 0,
+        request_id,
+        priority: 0,
+    };
+    let counts = |refused| HolderCounts {
+        refused,
+        shaped: 0,
+        fail_open: 1,
+    };
+    s.apply(T0, StateCommand::acquire(acquire(1), counts(4)));
+    // A retry of the same request is answered from memory.
+    s.apply(T0, StateCommand::acquire(acquire(1), counts(4)));
+    let t = total(&s, 0, u64::MAX / 2);
+    assert_eq!((t.refused, t.fail_open), (4, 1));
+    // The next request carries what came since the answer.
+    s.apply(T0, StateCommand::acquire(acquire(2), counts(2)));
+    let t = total(&s, 0, u64::MAX / 2);
+    assert_eq!((t.refused, t.fail_open), (6, 2));
+    // An acquire the ledger refuses (an unknown policy) books nothing.
+    let mut unknown = acquire(3);
+    unknown.policy_id = "nope".into();
+    s.apply(T0, StateCommand::acquire(unknown, counts(9)));
+    assert_eq!(total(&s, 0, u64::MAX / 2).refused, 6);
+}

@@ -260,6 +260,16 @@ fn recorded_usage_matches_what_the_agents_answered() {
     );
     assert_eq!(unknown.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("'nope'"));
+    // CSV is for rows: another command is refused before anything is sent.
+    let not_rows = ctl_raw(
+        &server,
+        "csv",
+        &["emergency", "fail-open", "--policy", "tb"],
+    );
+    assert_eq!(not_rows.status.code(), Some(6));
+    assert!(String::from_utf8_lossy(&not_rows.stderr).contains("only `usage`"));
+    let audit = json(&ctl_insecure(&server, &["audit", "tail"]));
+    assert!(!audit.to_string().contains("emergency"), "{audit}");
 
     // An agent killed while it holds unspent credit never reports again: once its lease is
     // written off, what it had not reported spent shows as stranded.

@@ -183,6 +183,31 @@ fn recorded_usage_matches_what_the_agents_answered() {
         month.0 + month.1 <= used,
         "reported usage {month:?} is within what the quota consumed ({used}): {period}"
     );
+    // One key: the same figures; another key: none.
+    let acme = [
+        "--policy",
+        "cq",
+        "--for-key",
+        "cq:tenant=acme",
+        "--period",
+        "current",
+    ];
+    let acme = usage(&server, &acme);
+    assert_eq!(
+        acme["total"]["admitted"], period["total"]["admitted"],
+        "{acme}"
+    );
+    let other = [
+        "--policy",
+        "cq",
+        "--for-key",
+        "cq:tenant=other",
+        "--period",
+        "current",
+    ];
+    let other = usage(&server, &other);
+    assert_eq!(other["rows"], serde_json::json!([]), "{other}");
+    assert_eq!(other["total"]["admitted"], 0, "{other}");
     let previous = usage(&server, &["--policy", "cq", "--period", "previous"]);
     assert_eq!(previous["total"]["admitted"], 0, "{previous}");
     assert!(previous["until_ms"].as_u64() <= period["since_ms"].as_u64());

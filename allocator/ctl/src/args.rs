@@ -110,9 +110,10 @@ pub struct UsageArgs {
     /// Policy id.
     #[arg(long)]
     pub policy: String,
-    /// Only this policy key (e.g. `api:tenant=acme`).
-    #[arg(long)]
-    pub key: Option<String>,
+    /// Only this policy key (e.g. `api:tenant=acme`); named as in `budget show`, since
+    /// `--key` is the admin's private key.
+    #[arg(long = "for-key")]
+    pub for_key: Option<String>,
     /// One row per key and holder instead of per key.
     #[arg(long)]
     pub holder: bool,

@@ -54,7 +54,7 @@ fn parse_time(flag: &str, text: &str) -> Result<u64, CtlError> {
 pub fn request(args: &UsageArgs) -> Result<pb::UsageRequest, CtlError> {
     let mut req = pb::UsageRequest {
         policy_id: args.policy.clone(),
-        key: args.key.clone().unwrap_or_default(),
+        key: args.for_key.clone().unwrap_or_default(),
         per_holder: args.holder,
         limit: args.limit,
         ..Default::default()

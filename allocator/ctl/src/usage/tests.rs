@@ -3,7 +3,7 @@ use super::*;
 fn args(since: Option<&str>, until: Option<&str>, period: Option<PeriodArg>) -> UsageArgs {
     UsageArgs {
         policy: "cq".into(),
-        key: None,
+        for_key: None,
         holder: false,
         since: since.map(str::to_owned),
         until: until.map(str::to_owned),
@@ -129,4 +129,29 @@ fn json_and_csv_carry_the_same_figures() {
         "cq,\"cq:tenant=a,b\",gw-1,1970-01-01T00:00:00Z,1970-01-01T02:00:00Z,7,3,0,0,0,3600000,31000"
     );
     assert_eq!(lines.len(), 3, "rows only, no total: a sum of the rows");
+}
+
+#[test]
+fn one_key_is_asked_for_beside_the_connection_flags() {
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+    let cli = Cli::try_parse_from([
+        "leasectl",
+        "--key",
+        "admin-key.pem",
+        "usage",
+        "--policy",
+        "cq",
+        "--for-key",
+        "cq:tenant=acme",
+        "--period",
+        "current",
+    ])
+    .unwrap();
+    let Command::Usage(a) = cli.command else {
+        panic!("not usage: {:?}", cli.command)
+    };
+    assert_eq!(a.for_key.as_deref(), Some("cq:tenant=acme"));
+    assert_eq!(request(&a).unwrap().key, "cq:tenant=acme");
+    assert_eq!(cli.conn.key.unwrap().to_str(), Some("admin-key.pem"));
 }

@@ -78,6 +78,27 @@ fn rows_are_per_key_or_per_holder_and_other_policies_stay_out() {
 }
 
 #[test]
+fn a_key_with_no_rows_finds_none_whatever_its_neighbours() {
+    let mut book = UsageBook::default();
+    book.record(
+        Nanos(HOUR),
+        &who("cq", "cq:tenant=acme", "gw-a"),
+        &admitted(9),
+    );
+    book.record(
+        Nanos(HOUR),
+        &who("cq", "cq:tenant=zeta", "gw-a"),
+        &admitted(1),
+    );
+    for key in ["cq:tenant=other", "cq:tenant=", "cq:tenant=acme2", "a", "z"] {
+        let mut q = query("cq", 0, 2 * HOUR);
+        q.key = Some(key);
+        let r = book.query(&q);
+        assert_eq!((r.rows.len(), r.total.admitted), (0, 0), "{key}: {r:?}");
+    }
+}
+
+#[test]
 fn a_repeated_or_reordered_report_adds_no_holder_counts() {
     let mut book = UsageBook::default();
     let live = |_| true;

@@ -21,6 +21,7 @@ const PROTO_FILES: &[&str] = &[
     "leasehold/v1/admin_policy.proto",
     "leasehold/v1/admin_budget.proto",
     "leasehold/v1/admin_cluster.proto",
+    "leasehold/v1/admin_usage.proto",
     "leasehold/v1/admin.proto",
     "leasehold/v1/admit.proto",
     "leasehold/v1/raft.proto",

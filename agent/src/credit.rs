@@ -68,6 +68,25 @@ pub struct SpendTicket {
     epoch: u64,
 }
 
+/// A key's own counts at this agent, cumulative since its slot was made.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotCounts {
+    /// Units this key's policy refused here.
+    pub refused: u64,
+    /// Units admitted without credit because the grantor could not be reached.
+    pub fail_open: u64,
+}
+
+impl SlotCounts {
+    /// The counts gained since `base`.
+    pub fn since(self, base: SlotCounts) -> SlotCounts {
+        SlotCounts {
+            refused: self.refused.saturating_sub(base.refused),
+            fail_open: self.fail_open.saturating_sub(base.fail_open),
+        }
+    }
+}
+
 /// Leased credit of one policy key in one agent.
 #[derive(Debug, Default)]
 pub struct CreditSlot {
@@ -90,6 +109,14 @@ pub struct CreditSlot {
     last_offered_ns: AtomicU64,
     /// Requests a shadow-mode policy would have denied under the current lease.
     shadow_denied: AtomicU64,
+    /// Units refused and admitted fail-open here, ever; a lease reports the growth since it
+    /// started from the part earlier leases had not had acknowledged.
+    refused_units: AtomicU64,
+    fail_open_units: AtomicU64,
+    /// The counts grantors acknowledged under earlier leases of this slot (lease manager
+    /// only): the next lease reports what came after.
+    acknowledged_refused: AtomicU64,
+    acknowledged_fail_open: AtomicU64,
     /// While [`SlotState::Denied`]: when the grantor said credit may be granted again
     /// (monotonic ns), the retry hint refusals give; zero when it named no time.
     retry_at_ns: AtomicU64,
@@ -169,6 +196,42 @@ impl CreditSlot {
     #[inline]
     pub fn note_shadow_denied(&self) {
         self.shadow_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts units this key's policy refused.
+    #[inline]
+    pub fn note_refused(&self, units: u64) {
+        self.refused_units.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// Counts units admitted without credit while the grantor could not be reached.
+    #[inline]
+    pub fn note_fail_open(&self, units: u64) {
+        self.fail_open_units.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// Refused and fail-open units so far.
+    pub fn counts(&self) -> SlotCounts {
+        SlotCounts {
+            refused: self.refused_units.load(Ordering::Relaxed),
+            fail_open: self.fail_open_units.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The counts a grantor acknowledged so far (where a new lease starts counting).
+    pub fn acknowledged(&self) -> SlotCounts {
+        SlotCounts {
+            refused: self.acknowledged_refused.load(Ordering::Relaxed),
+            fail_open: self.acknowledged_fail_open.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A grantor acknowledged a report or release of `counts` (lease manager only).
+    pub fn acknowledge(&self, counts: SlotCounts) {
+        self.acknowledged_refused
+            .fetch_max(counts.refused, Ordering::Relaxed);
+        self.acknowledged_fail_open
+            .fetch_max(counts.fail_open, Ordering::Relaxed);
     }
 
     /// Would-deny requests under the current lease (reported with it, cumulative).

@@ -9,7 +9,7 @@ use leasehold_common::read::read_text_capped;
 
 /// Largest config file read, in bytes.
 pub const CONFIG_FILE_LEN_MAX: u64 = 1024 * 1024;
-use leasehold_common::ledger::Level;
+use leasehold_common::ledger::{Level, UsageLimits};
 use leasehold_proto::transport::{ListenerLimits, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -80,6 +80,61 @@ impl Default for RaftTiming {
             election_max_ms: 250,
             snapshot_every_entries: 20_000,
         }
+    }
+}
+
+/// How much usage the replicated state keeps for `leasectl usage`. Part of the replicated
+/// state from the cluster's first start: give every node the same values.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageSettings {
+    /// Hourly buckets older than this are dropped.
+    pub retention_hours: u64,
+    /// Most (hour, policy, key, holder) rows kept; units of rows past it are summed per
+    /// policy and hour as overflow.
+    pub rows_max: usize,
+}
+
+/// Longest usage retention a configuration may set: two years, in hours.
+pub const USAGE_RETENTION_HOURS_MAX: u64 = 2 * 366 * 24;
+/// Most usage rows a configuration may keep.
+pub const USAGE_ROWS_MAX_LIMIT: usize = 10_000_000;
+
+impl Default for UsageSettings {
+    fn default() -> Self {
+        let d = UsageLimits::default();
+        UsageSettings {
+            retention_hours: d.retention_hours,
+            rows_max: d.rows_max,
+        }
+    }
+}
+
+impl UsageSettings {
+    pub fn limits(&self) -> UsageLimits {
+        UsageLimits {
+            retention_hours: self.retention_hours,
+            rows_max: self.rows_max,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=USAGE_RETENTION_HOURS_MAX).contains(&self.retention_hours) {
+            return Err(invalid(
+                "usage.retention_hours",
+                format!(
+                    "{}: must be 1 to {USAGE_RETENTION_HOURS_MAX}",
+                    self.retention_hours
+                ),
+            ));
+        }
+        if !(1..=USAGE_ROWS_MAX_LIMIT).contains(&self.rows_max) {
+            return Err(invalid(
+                "usage.rows_max",
+                format!("{}: must be 1 to {USAGE_ROWS_MAX_LIMIT}", self.rows_max),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -184,6 +239,8 @@ pub struct AllocatorConfig {
     pub tick_ms: u64,
     #[serde(default)]
     pub listener: ListenerSettings,
+    #[serde(default)]
+    pub usage: UsageSettings,
 }
 
 fn default_tick_ms() -> u64 {
@@ -273,6 +330,7 @@ impl AllocatorConfig {
             ));
         }
         self.listener.validate()?;
+        self.usage.validate()?;
         if self.tick_ms == 0 {
             return Err(invalid("tick_ms", "must be positive"));
         }

@@ -20,6 +20,12 @@ pub trait Machine: Serialize + DeserializeOwned + Send + Sync + 'static {
     type Output: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
 
     fn apply(&mut self, now: Nanos, command: Self::Command) -> Self::Output;
+
+    /// Reads a snapshot body of an earlier snapshot `format` as `(timeline_ns, machine)`;
+    /// None for a format this machine never had.
+    fn from_earlier_snapshot(_format: u8, _body: &[u8]) -> Option<Result<(u64, Self), String>> {
+        None
+    }
 }
 
 impl Machine for Ledger {

@@ -194,7 +194,7 @@ pub async fn run(
         LedgerConfig::delegated(cfg.cluster.clone())
     };
     ledger.level = cfg.level();
-    let initial = AllocatorState::new(ledger);
+    let initial = AllocatorState::new(ledger).with_usage_limits(cfg.usage.limits());
     let node = RaftNode::start_with(node_config(&cfg), hooks, initial, listener, stop)
         .await
         .map_err(|e| ServerError::Node(e.to_string()))?;

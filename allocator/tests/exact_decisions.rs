@@ -144,6 +144,33 @@ fn two_agents_admit_exactly_the_limit_and_refund_what_another_dimension_refused(
         },
     );
     assert_eq!(used(&server, "fw"), LIMIT, "acme's window is still spent");
+
+    // The usage records hold what the decisions admitted, less what was refunded.
+    let hour = jiff::SignedDuration::from_hours(1);
+    let now = jiff::Timestamp::now();
+    let (since, until) = (
+        now.checked_sub(hour).unwrap().to_string(),
+        now.checked_add(hour).unwrap().to_string(),
+    );
+    let usage = json(&ctl_insecure(
+        &server,
+        &[
+            "usage", "--policy", "fw", "--since", &since, "--until", &until,
+        ],
+    ));
+    let row = |key: &str| {
+        usage["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .map(|r| r["counts"].clone())
+            .unwrap_or_else(|| panic!("no row for {key}: {usage}"))
+    };
+    let (acme, beta) = (row("fw:tenant=acme"), row("fw:tenant=beta"));
+    assert_eq!(acme["admitted"], LIMIT, "{usage}");
+    assert!(acme["refused"].as_u64().unwrap() >= 1, "{usage}");
+    assert_eq!(beta["admitted"], 1, "the refunded unit left: {usage}");
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! exactly what the state it came from encodes to today. A change of the snapshot format
 //! fails here, and `LEASEHOLD_WRITE_FUZZ_CORPUS=1 cargo test -p leasehold-allocator --test
 //! fuzz_corpus` writes the seeds again, so the fuzzer always starts from current bytes.
+//!
+//! `tests/snapshots_format2/` keeps the same seeds as the release before usage records
+//! wrote them (snapshot format 2): they still load, as the same state this release builds.
 
 use std::path::PathBuf;
 
@@ -81,5 +84,20 @@ fn the_seed_corpus_is_what_this_release_writes() {
              LEASEHOLD_WRITE_FUZZ_CORPUS=1",
             path.display()
         );
+    }
+}
+
+#[test]
+fn snapshots_of_the_release_before_usage_records_load_as_the_same_state() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots_format2");
+    for (name, bytes) in seeds() {
+        let earlier = std::fs::read(dir.join(name)).expect("committed seed");
+        assert_eq!(earlier[0], 2, "{name} is a format 2 snapshot");
+        let old = decode_snapshot::<AllocatorState>(&earlier)
+            .unwrap_or_else(|e| panic!("{name}: an earlier snapshot no longer loads: {e}"));
+        let new = decode_snapshot::<AllocatorState>(&bytes).expect("decodes");
+        assert_eq!(old.timeline_ns, new.timeline_ns, "{name}");
+        assert!(old.machine == new.machine, "{name}: loads as another state");
+        assert_eq!(old.machine.usage().rows_len(), 0);
     }
 }

@@ -83,6 +83,7 @@ async fn grants_are_signed_idempotent_renewable_and_released() {
         lease_id: lease.lease_id,
         final_used: 90,
         request_id: 3,
+        ..Default::default()
     };
     let released = agent.release(release).await.unwrap().into_inner();
     assert_eq!((released.reclaimed, released.stranded), (50, 0));

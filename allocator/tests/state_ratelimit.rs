@@ -263,7 +263,7 @@ fn shadow_counts_of_a_domain_add_up_its_rules() {
             request_id: 2,
             priority: 0,
         };
-        s.apply(T0, StateCommand::report(r, would_deny));
+        s.apply(T0, StateCommand::report(r, would_deny, Default::default()));
     };
     let tenant = &ids["edge:tenant"];
     let path = &ids["edge:path"];

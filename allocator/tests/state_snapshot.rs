@@ -10,7 +10,7 @@ use leasehold_allocator::raft::time::SystemTimeSource;
 use leasehold_allocator::replica::Machine;
 use leasehold_allocator::state::{AllocatorState, Emergency, EmergencyMode, StateCommand};
 use leasehold_allocator::storage::Applier;
-use leasehold_common::ledger::{Acquire, Command, LedgerConfig, Release, Report};
+use leasehold_common::ledger::{Acquire, Command, HolderCounts, LedgerConfig, Release, Report};
 use leasehold_common::time::Nanos;
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -210,15 +210,22 @@ impl Run {
                 key,
                 want,
                 priority,
-            } => StateCommand::Ledger(Command::Acquire(Acquire {
-                holder_id: format!("agent/{holder}"),
-                policy_id: id(policy),
-                key: format!("{}|t{key}", id(policy)),
-                want_credit: want,
-                demand_milli_per_sec: want * 500,
-                request_id,
-                priority,
-            })),
+            } => StateCommand::acquire(
+                Acquire {
+                    holder_id: format!("agent/{holder}"),
+                    policy_id: id(policy),
+                    key: format!("{}|t{key}", id(policy)),
+                    want_credit: want,
+                    demand_milli_per_sec: want * 500,
+                    request_id,
+                    priority,
+                },
+                // Refusals made without a lease ride on some acquires.
+                HolderCounts {
+                    refused: want % 3,
+                    ..HolderCounts::default()
+                },
+            ),
             Op::Report {
                 lease,
                 used,
@@ -237,16 +244,27 @@ impl Run {
                     request_id,
                     priority: 0,
                 };
-                StateCommand::report(report, would_deny)
+                // Holder counts ride along so snapshots carry usage rows too.
+                let counts = HolderCounts {
+                    refused: used / 2,
+                    shaped: 0,
+                    fail_open: would_deny,
+                };
+                StateCommand::report(report, would_deny, counts)
             }
             Op::Release { lease, used } => {
                 let (holder_id, lease_id) = self.lease(lease)?;
-                StateCommand::Ledger(Command::Release(Release {
+                let release = Release {
                     holder_id,
                     lease_id,
                     final_used: used,
                     request_id,
-                }))
+                };
+                let counts = HolderCounts {
+                    refused: used % 3,
+                    ..HolderCounts::default()
+                };
+                StateCommand::release(release, counts)
             }
             Op::Revoke { lease } => StateCommand::Revoke {
                 lease_id: self.lease(lease)?.1,

@@ -90,6 +90,7 @@ const METHODS: &[(&str, &[(&str, bool)])] = &[
         ("ListLeases", false), ("RevokeLease", false), ("ClusterStatus", false),
         ("AddLearner", false), ("PromoteVoter", false), ("RemoveNode", false),
         ("SetEmergency", false), ("TailAudit", true), ("Backup", false), ("Restore", false),
+        ("Usage", false),
     ]),
 ];
 
@@ -124,8 +125,8 @@ fn leasehold_files(d: &Descriptors) -> Vec<&FileDescriptorProto> {
         .collect();
     assert_eq!(
         files.len(),
-        9,
-        "common, lease, decide, admit, raft, admin and its three message files"
+        10,
+        "common, lease, decide, admit, raft, admin and its four message files"
     );
     files
 }

@@ -17,8 +17,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 impl Engine {
+    /// Decides on leased credit, counting units refused and admitted fail-open on the key's
+    /// slot: its leases report them to the grantor.
     #[inline(always)]
     pub(crate) fn check_leased(
+        &self,
+        p: &CompiledPolicy,
+        key: &str,
+        entry: Found<'_>,
+        units: u64,
+        ctx: &mut Ctx<'_>,
+    ) -> Step {
+        let step = self.spend_leased(p, key, entry, units, ctx);
+        if let EntryState::Leased { slot, .. } = &entry.state {
+            match step.outcome {
+                Outcome::Denied(_) => slot.note_refused(units),
+                Outcome::FailOpen => slot.note_fail_open(units),
+                _ => {}
+            }
+        }
+        step
+    }
+
+    #[inline(always)]
+    fn spend_leased(
         &self,
         p: &CompiledPolicy,
         key: &str,

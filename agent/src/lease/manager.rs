@@ -29,7 +29,7 @@ use super::marks::MARK_UNBOUNDED;
 use super::state::{LeaseStore, StateError};
 use super::state_sled::SledStore;
 use super::watch::Watching;
-use crate::credit::{CreditSlot, SlotState};
+use crate::credit::{CreditSlot, SlotCounts, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_client::{Grantor, GrantorError};
 use leasehold_common::lease::HolderConfig;
@@ -177,6 +177,11 @@ pub(super) struct Held {
     pub(super) priority: u8,
     /// Demand the last report told the grantor, in units per second.
     pub(super) reported_demand: u64,
+    /// The slot's counts where this lease started counting: what grantors had
+    /// acknowledged under earlier leases of the key.
+    pub(super) counts_base: SlotCounts,
+    /// The slot's counts the last report sent; acknowledged when it is answered.
+    pub(super) counts_sent: SlotCounts,
 }
 
 impl Held {
@@ -415,16 +420,32 @@ impl LeaseManager {
         let grantor = Arc::clone(&self.grantor);
         let answers = bounded(calls, self.cfg.acquire_in_flight_max, |(req, r)| {
             let grantor = &grantor;
-            async move { (req, grantor.acquire(r).await) }
+            let sent = SlotCounts {
+                refused: r.refused_units,
+                fail_open: r.fail_open_units,
+            };
+            async move { (req, sent, grantor.acquire(r).await) }
         })
         .await;
-        for (req, answer) in answers {
+        for (req, sent, answer) in answers {
+            if answer.is_ok() {
+                // Nothing else acknowledges counts of a slot without a lease meanwhile, so
+                // the acknowledged mark plus what was sent is what the slot had counted.
+                let ack = req.slot.acknowledged();
+                req.slot.acknowledge(SlotCounts {
+                    refused: ack.refused + sent.refused,
+                    fail_open: ack.fail_open + sent.fail_open,
+                });
+            }
             self.acquired(req, answer, sent_at).await;
         }
     }
 
     fn acquire_request(&mut self, req: &AcquireRequest) -> pb::AcquireRequest {
         self.counters.acquires += 1;
+        // Counts made while the key held no lease here (refusals while every unit was
+        // leased elsewhere) have no lease to ride on: the acquire carries them.
+        let counts = req.slot.counts().since(req.slot.acknowledged());
         pb::AcquireRequest {
             holder_id: self.cfg.holder_id.clone(),
             policy_id: req.policy_id.to_string(),
@@ -434,6 +455,9 @@ impl LeaseManager {
             request_id: self.request_id(),
             priority: u32::from(req.priority),
             known_policy_version: req.policy_version,
+            refused_units: counts.refused,
+            shaped_units: 0,
+            fail_open_units: counts.fail_open,
         }
     }
 
@@ -468,6 +492,7 @@ impl LeaseManager {
                     lease_id: lease.lease_id,
                     final_used: 0,
                     request_id: self.request_id(),
+                    ..Default::default()
                 };
                 let _ = self.grantor.release(r).await;
                 self.waiting.push((req, retry_at));
@@ -521,6 +546,7 @@ impl LeaseManager {
         let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
         req.slot.deposit(0, deadline.0);
         req.slot.set_state(SlotState::Active);
+        let counts_base = req.slot.acknowledged();
         let held = Held {
             policy_id: Arc::clone(&req.policy_id),
             key: req.key.clone(),
@@ -545,6 +571,8 @@ impl LeaseManager {
             ask_again_at: Nanos::ZERO,
             priority: req.priority,
             reported_demand: 0,
+            counts_base,
+            counts_sent: SlotCounts::default(),
         };
         // Spendable at once where no durable mark holds it back: waiting for the next
         // round's top-up would refuse the requests of that gap as over the limit.

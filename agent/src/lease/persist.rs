@@ -170,6 +170,7 @@ impl LeaseManager {
                 lease_id,
                 final_used,
                 request_id: self.request_id(),
+                ..Default::default()
             };
             match self.grantor.release(r).await {
                 Ok(resp) => {

@@ -142,6 +142,8 @@ impl LeaseManager {
         }
         let used = h.spent();
         let unspent = h.slot.remaining() + (h.credit - h.in_slot());
+        h.counts_sent = h.slot.counts();
+        let counts = h.counts_sent.since(h.counts_base);
         let r = pb::ReportRequest {
             holder_id: self.cfg.holder_id.clone(),
             lease_id: h.lease_id,
@@ -152,6 +154,10 @@ impl LeaseManager {
             request_id,
             policy_version: 0,
             shadow_would_deny: h.slot.shadow_denied(),
+            refused_units: counts.refused,
+            // Nothing here delays an admission yet, so nothing is shaped.
+            shaped_units: 0,
+            fail_open_units: counts.fail_open,
         };
         h.reported_demand = per_sec;
         self.counters.reports += 1;
@@ -198,6 +204,7 @@ impl LeaseManager {
         }
         h.reported_used = used;
         h.last_report = sent_at;
+        h.slot.acknowledge(h.counts_sent);
         h.offered_at_report = h.slot.offered();
         if h.slot.state() == SlotState::Unreachable {
             h.slot.set_state(SlotState::Active);
@@ -244,26 +251,36 @@ impl LeaseManager {
             .map(|h| {
                 let unspent = h.slot.close();
                 let final_used = h.in_slot().saturating_sub(unspent).max(h.reported_used);
+                let counts = h.slot.counts();
+                let last = counts.since(h.counts_base);
                 let r = pb::ReleaseRequest {
                     holder_id: self.cfg.holder_id.clone(),
                     lease_id: h.lease_id,
                     final_used,
                     request_id: self.request_id(),
+                    refused_units: last.refused,
+                    shaped_units: 0,
+                    fail_open_units: last.fail_open,
                 };
                 self.counters.releases += 1;
-                (h, final_used, r)
+                (h, final_used, counts, r)
             })
             .collect();
         let grantor = Arc::clone(&self.grantor);
-        let answers = bounded(calls, self.cfg.renew_in_flight_max, |(h, final_used, r)| {
-            let grantor = &grantor;
-            async move { (h, final_used, grantor.release(r).await) }
-        })
+        let answers = bounded(
+            calls,
+            self.cfg.renew_in_flight_max,
+            |(h, final_used, counts, r)| {
+                let grantor = &grantor;
+                async move { (h, final_used, counts, grantor.release(r).await) }
+            },
+        )
         .await;
-        for (h, final_used, answer) in answers {
+        for (h, final_used, counts, answer) in answers {
             self.note_answer(&answer);
             match answer {
                 Ok(resp) => {
+                    h.slot.acknowledge(counts);
                     self.counters.reclaimed += resp.reclaimed;
                     self.forget.push(h.lease_id);
                 }

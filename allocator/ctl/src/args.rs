@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum OutputFormat {
     Table,
     Json,
+    /// Comma-separated values with a header row (commands that print rows: `usage`).
+    Csv,
 }
 
 /// Where the cluster is and who we are. Flags win over environment variables, which win
@@ -77,6 +79,10 @@ pub enum Command {
     Audit(AuditCmd),
     /// The health of the cluster at a glance.
     Status,
+    /// What holders reported per policy key (and holder) over a range or a calendar
+    /// quota's period: admitted, refused, shaped, fail-open, stranded. For reconciling with
+    /// billing; the output states its precision.
+    Usage(UsageArgs),
     /// Write a consistent copy of a root cluster's state (policies and their versions,
     /// budgets, window and calendar-quota usage, emergency switches, audit) to a file.
     Backup {
@@ -97,6 +103,38 @@ pub enum Command {
     /// Certificates for mutual TLS.
     #[command(subcommand)]
     Certs(CertsCmd),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UsageArgs {
+    /// Policy id.
+    #[arg(long)]
+    pub policy: String,
+    /// Only this policy key (e.g. `api:tenant=acme`); named as in `budget show`, since
+    /// `--key` is the admin's private key.
+    #[arg(long = "for-key")]
+    pub for_key: Option<String>,
+    /// One row per key and holder instead of per key.
+    #[arg(long)]
+    pub holder: bool,
+    /// Start of the range (RFC 3339, inclusive; rounded down to the hour).
+    #[arg(long, conflicts_with = "period")]
+    pub since: Option<String>,
+    /// End of the range (RFC 3339, exclusive; rounded up to the hour).
+    #[arg(long, conflicts_with = "period")]
+    pub until: Option<String>,
+    /// A calendar_quota policy's period, in the policy's time zone.
+    #[arg(long, value_enum)]
+    pub period: Option<PeriodArg>,
+    /// Most rows to print (0: the server's limit); totals always cover every row.
+    #[arg(long, default_value_t = 0)]
+    pub limit: u32,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PeriodArg {
+    Current,
+    Previous,
 }
 
 #[derive(Subcommand, Debug)]

@@ -10,6 +10,7 @@ pub mod error;
 mod ops;
 pub mod output;
 mod policy;
+mod usage;
 
 use args::{Cli, Command, OutputFormat};
 use client::{Admin, Settings};
@@ -18,7 +19,18 @@ use error::CtlError;
 /// Runs one command and prints its result; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
     let json = cli.output == OutputFormat::Json;
+    let csv = cli.output == OutputFormat::Csv;
+    // Refused before anything is sent: a change must not happen for output nobody can get.
+    if csv && !matches!(cli.command, Command::Usage(_)) {
+        let e = CtlError::Input("--output csv: only `usage` prints rows as CSV".into());
+        eprintln!("leasectl: {e}");
+        return e.exit_code();
+    }
     match execute(cli).await {
+        Ok(Some(out)) if csv => {
+            print!("{}", out.csv.unwrap_or_default());
+            0
+        }
         Ok(Some(out)) => {
             if json {
                 println!(
@@ -65,6 +77,7 @@ async fn execute(cli: Cli) -> Result<Option<output::Rendered>, CtlError> {
             out
         }
         Command::Status => ops::run_status(&mut admin).await?,
+        Command::Usage(a) => usage::run(&mut admin, a).await?,
         Command::Backup { out } => backup::run_backup(&mut admin, &out).await?,
         Command::Restore { file, reason } => backup::run_restore(&mut admin, &file, reason).await?,
         Command::Certs(_) => unreachable!("handled before connecting"),

@@ -2,10 +2,12 @@
 
 use serde_json::Value;
 
-/// One command's result in both forms.
+/// One command's result in each form it has.
 pub struct Rendered {
     pub text: String,
     pub json: Value,
+    /// Rows as CSV, for commands whose result is rows.
+    pub csv: Option<String>,
 }
 
 impl Rendered {
@@ -13,7 +15,22 @@ impl Rendered {
         Rendered {
             text: text.into(),
             json,
+            csv: None,
         }
+    }
+
+    pub fn with_csv(mut self, csv: String) -> Rendered {
+        self.csv = Some(csv);
+        self
+    }
+}
+
+/// One CSV field, quoted when it holds a separator, a quote or a line break (RFC 4180).
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
     }
 }
 
@@ -136,6 +153,13 @@ mod tests {
             t.render(),
             "NAME     UNITS\neu           5\nus-east   1200\n"
         );
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("api:tenant=acme"), "api:tenant=acme");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
 
     #[test]

@@ -39,8 +39,10 @@ struct MachineSnapshotRef<'a, M> {
 }
 
 /// Format version of a machine snapshot, its first byte. Version 1 was the unversioned layout
-/// of earlier releases, which could not read back a state that held policy documents.
-pub const SNAPSHOT_FORMAT: u8 = 2;
+/// of earlier releases, which could not read back a state that held policy documents;
+/// version 2 is read through [`Machine::from_earlier_snapshot`] (the allocator's state before
+/// it recorded usage).
+pub const SNAPSHOT_FORMAT: u8 = 3;
 
 /// A snapshot of the application state: the machine and the replicated time it had reached.
 #[derive(Debug, Deserialize)]
@@ -133,9 +135,18 @@ pub fn decode_snapshot<M: Machine>(bytes: &[u8]) -> Result<MachineSnapshot<M>, A
                 "format {SNAPSHOT_FORMAT} does not decode as this machine: {e}"
             ))
         }),
-        Some((&found, _)) => Err(invalid(format!(
-            "format version {found}; this release reads version {SNAPSHOT_FORMAT}"
-        ))),
+        Some((&found, body)) => match M::from_earlier_snapshot(found, body) {
+            Some(Ok((timeline_ns, machine))) => Ok(MachineSnapshot {
+                timeline_ns,
+                machine,
+            }),
+            Some(Err(e)) => Err(invalid(format!(
+                "format {found} does not decode as this machine: {e}"
+            ))),
+            None => Err(invalid(format!(
+                "format version {found}; this release reads version {SNAPSHOT_FORMAT}"
+            ))),
+        },
         None => Err(invalid("empty".to_owned())),
     }
 }
@@ -278,7 +289,8 @@ mod tests {
         let mut other = snap.clone();
         other[0] = SNAPSHOT_FORMAT + 1;
         let err = applier().restore(&other).unwrap_err().to_string();
-        assert!(err.contains("format version 3"), "{err}");
+        let named = format!("format version {}", SNAPSHOT_FORMAT + 1);
+        assert!(err.contains(&named), "{err}");
         assert!(applier()
             .restore(&[])
             .unwrap_err()

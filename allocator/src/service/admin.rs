@@ -20,6 +20,8 @@ use tonic::{Request, Response, Status};
 mod backup_calls;
 #[path = "admin_budget.rs"]
 mod budget_calls;
+#[path = "admin_usage.rs"]
+mod usage_calls;
 
 pub struct AdminServer<R> {
     replica: R,
@@ -444,6 +446,13 @@ impl<R: Replica<AllocatorState>> AdminService for AdminServer<R> {
     ) -> Result<Response<pb::RestoreResponse>, Status> {
         self.serve(req, |actor, r| self.restore_from(actor, r))
             .await
+    }
+
+    async fn usage(
+        &self,
+        req: Request<pb::UsageRequest>,
+    ) -> Result<Response<pb::UsageResponse>, Status> {
+        self.serve(req, |_, r| self.usage_call(r)).await
     }
 
     type TailAuditStream = tokio_stream::wrappers::ReceiverStream<Result<pb::AuditEntry, Status>>;

@@ -7,7 +7,7 @@ use super::watch::{watch_stream, WatchSettings};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_common::lease::{Lease, LeaseSigner};
-use leasehold_common::ledger::{Acquire, Command, Outcome, Release, Report};
+use leasehold_common::ledger::{Acquire, HolderCounts, Outcome, Release, Report};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseService;
 use leasehold_proto::transport::AuthMode;
@@ -44,10 +44,6 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
         lease_to_pb(&lease)
     }
 
-    async fn ledger(&self, command: Command) -> Result<Outcome, Status> {
-        self.propose(StateCommand::Ledger(command)).await
-    }
-
     async fn propose(&self, command: StateCommand) -> Result<Outcome, Status> {
         match self
             .replica
@@ -74,7 +70,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let cmd = Command::Acquire(Acquire {
+        let acquire = Acquire {
             holder_id: r.holder_id.clone(),
             policy_id: r.policy_id.clone(),
             key: r.key.clone(),
@@ -82,8 +78,13 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
             demand_milli_per_sec: r.demand_milli_units_per_sec,
             request_id: r.request_id,
             priority: r.priority,
-        });
-        let resp = match self.ledger(cmd).await? {
+        };
+        let counts = HolderCounts {
+            refused: r.refused_units,
+            shaped: r.shaped_units,
+            fail_open: r.fail_open_units,
+        };
+        let resp = match self.propose(StateCommand::acquire(acquire, counts)).await? {
             Outcome::Granted(g) => pb::AcquireResponse {
                 lease: Some(self.signed(g.lease)),
                 ..Default::default()
@@ -117,7 +118,12 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
             request_id: r.request_id,
             priority: 0,
         };
-        let cmd = StateCommand::report(report, r.shadow_would_deny);
+        let counts = HolderCounts {
+            refused: r.refused_units,
+            shaped: r.shaped_units,
+            fail_open: r.fail_open_units,
+        };
+        let cmd = StateCommand::report(report, r.shadow_would_deny, counts);
         match self.propose(cmd).await? {
             Outcome::Granted(g) => {
                 let g = *g;
@@ -138,13 +144,18 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let cmd = Command::Release(Release {
+        let release = Release {
             holder_id: r.holder_id.clone(),
             lease_id: r.lease_id,
             final_used: r.final_used,
             request_id: r.request_id,
-        });
-        match self.ledger(cmd).await? {
+        };
+        let counts = HolderCounts {
+            refused: r.refused_units,
+            shaped: r.shaped_units,
+            fail_open: r.fail_open_units,
+        };
+        match self.propose(StateCommand::release(release, counts)).await? {
             Outcome::Released {
                 reclaimed,
                 stranded,

@@ -145,7 +145,11 @@ impl AllocatorState {
                 reason,
                 actor,
             } => Ok(self.set_emergency(now, emergency, &reason, &actor)),
-            StateCommand::Ledger(_) | StateCommand::ShadowReport { .. } => {
+            StateCommand::Ledger(_)
+            | StateCommand::ShadowReport { .. }
+            | StateCommand::CountedReport { .. }
+            | StateCommand::CountedRelease { .. }
+            | StateCommand::CountedAcquire { .. } => {
                 unreachable!("ledger commands are applied directly")
             }
         };

@@ -58,7 +58,19 @@ impl Backup {
                 bytes.len()
             )));
         }
-        decode("backup", bytes).map_err(|e| AdminError::Invalid(format!("not a backup: {e}")))
+        let current = decode("backup", bytes);
+        let e = match current {
+            Ok(backup) => return Ok(backup),
+            Err(e) => e,
+        };
+        match decode::<super::earlier::BackupWithoutUsage>("backup", bytes) {
+            Ok(b) => Ok(Backup {
+                cluster: b.cluster,
+                taken_at_ns: b.taken_at_ns,
+                state: b.state.into(),
+            }),
+            Err(_) => Err(AdminError::Invalid(format!("not a backup: {e}"))),
+        }
     }
 }
 
@@ -109,7 +121,9 @@ impl AllocatorState {
         let backup = Backup::from_bytes(bytes)?;
         self.check_restorable(&backup)?;
         let mut state = backup.state;
+        let outstanding = state.leases_outstanding();
         let (leases, units) = state.ledger.write_off_all(now);
+        state.book_written_off(outstanding);
         let epoch = state.ledger.epoch() + 1;
         let _ = state.ledger.apply(now, Command::SetEpoch { epoch });
         let restored = Restored {

@@ -8,10 +8,12 @@
 
 mod admin;
 pub mod backup;
+mod earlier;
 mod preview;
 mod ratelimit;
 pub mod records;
 mod shadow;
+mod usage;
 
 pub use admin::{prepare as admin_prepare, AdminError};
 pub use preview::{rate_milli_of, RatePreview};
@@ -21,7 +23,8 @@ pub use shadow::{ShadowBook, ShadowTally};
 
 use crate::replica::Machine;
 use leasehold_common::ledger::{
-    Command, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams, Report,
+    Acquire, Command, HolderCounts, Ledger, LedgerConfig, LedgerError, Outcome, PolicyParams,
+    Release, Report, UsageBook, UsageLimits,
 };
 use leasehold_common::policy::{PolicySet, PolicySetLimits};
 use leasehold_common::time::Nanos;
@@ -87,19 +90,56 @@ pub enum StateCommand {
         upstream_version: u64,
         actor: String,
     },
+    /// A holder's report carrying its own cumulative counts under the lease (refused,
+    /// shaped, fail-open), and the would-deny count of a shadow-mode policy.
+    CountedReport {
+        report: Report,
+        would_deny: u64,
+        counts: HolderCounts,
+    },
+    /// A holder's release carrying its final counts under the lease.
+    CountedRelease {
+        release: Release,
+        counts: HolderCounts,
+    },
+    /// A holder's acquire carrying the counts it made for the key while it held no lease
+    /// there (since the grantor last acknowledged any).
+    CountedAcquire {
+        acquire: Acquire,
+        counts: HolderCounts,
+    },
 }
 
 impl StateCommand {
-    /// The command for a holder's report: a plain ledger report unless it carries
-    /// would-deny counts, so enforcing policies' reports stay as they were.
-    pub fn report(report: Report, shadow_would_deny: u64) -> StateCommand {
-        if shadow_would_deny == 0 {
-            StateCommand::Ledger(Command::Report(report))
-        } else {
-            StateCommand::ShadowReport {
+    /// The command for a holder's report: the older, smaller forms while the holder has no
+    /// counts of its own, so their log entries stay as they were.
+    pub fn report(report: Report, shadow_would_deny: u64, counts: HolderCounts) -> StateCommand {
+        match (shadow_would_deny, counts.is_zero()) {
+            (0, true) => StateCommand::Ledger(Command::Report(report)),
+            (would_deny, true) => StateCommand::ShadowReport { report, would_deny },
+            (would_deny, false) => StateCommand::CountedReport {
                 report,
-                would_deny: shadow_would_deny,
-            }
+                would_deny,
+                counts,
+            },
+        }
+    }
+
+    /// The command for a holder's acquire, as [`StateCommand::report`].
+    pub fn acquire(acquire: Acquire, counts: HolderCounts) -> StateCommand {
+        if counts.is_zero() {
+            StateCommand::Ledger(Command::Acquire(acquire))
+        } else {
+            StateCommand::CountedAcquire { acquire, counts }
+        }
+    }
+
+    /// The command for a holder's release, as [`StateCommand::report`].
+    pub fn release(release: Release, counts: HolderCounts) -> StateCommand {
+        if counts.is_zero() {
+            StateCommand::Ledger(Command::Release(release))
+        } else {
+            StateCommand::CountedRelease { release, counts }
         }
     }
 }
@@ -149,8 +189,10 @@ pub struct AllocatorState {
     emergency: BTreeMap<String, Emergency>,
     audit: Ring<AuditEntry>,
     events: Ring<Event>,
-    #[serde(default)]
     shadow: ShadowBook,
+    /// Usage per policy, key and holder in hourly buckets (absent from snapshots and
+    /// backups of earlier releases; see [`earlier`]).
+    usage: UsageBook,
 }
 
 impl AllocatorState {
@@ -164,7 +206,15 @@ impl AllocatorState {
             audit: Ring::new(AUDIT_ENTRIES_MAX),
             events: Ring::new(WATCH_EVENTS_MAX),
             shadow: ShadowBook::default(),
+            usage: UsageBook::default(),
         }
+    }
+
+    /// The same state keeping usage within `limits` (set before anything is recorded;
+    /// every node of a cluster must use the same limits).
+    pub fn with_usage_limits(mut self, limits: UsageLimits) -> Self {
+        self.usage = UsageBook::new(limits);
+        self
     }
 
     pub fn ledger(&self) -> &Ledger {
@@ -240,7 +290,7 @@ impl AllocatorState {
                 self.make_effective(&id, p.version, now);
             }
         }
-        StateOutput::Ledger(self.ledger.apply(now, Command::Tick))
+        self.ledger_tick(now)
     }
 
     /// Hands version `version` of a policy to the ledger (if it is leased; for an
@@ -294,20 +344,35 @@ impl Machine for AllocatorState {
     fn apply(&mut self, now: Nanos, command: StateCommand) -> StateOutput {
         match command {
             StateCommand::Ledger(Command::Tick) => self.tick(now),
+            StateCommand::Ledger(Command::Report(r)) => {
+                self.apply_report(now, r, 0, HolderCounts::default())
+            }
+            StateCommand::Ledger(Command::Release(r)) => {
+                self.apply_release(now, r, HolderCounts::default())
+            }
+            StateCommand::Ledger(Command::Decide(d)) => self.apply_decide(now, d),
+            StateCommand::Ledger(Command::Refund(r)) => self.apply_refund(now, r),
             StateCommand::Ledger(c) => StateOutput::Ledger(self.ledger.apply(now, c)),
             StateCommand::ShadowReport { report, would_deny } => {
-                let lease_id = report.lease_id;
-                let out = self.ledger.apply(now, Command::Report(report));
-                // Counted only once the report itself is accepted: a refused report (an
-                // ended lease, a stranger's lease) tells nothing about the policy.
-                if out.is_ok() {
-                    self.shadow
-                        .record(&self.ledger, lease_id, would_deny, now.0);
-                }
-                StateOutput::Ledger(out)
+                self.apply_report(now, report, would_deny, HolderCounts::default())
+            }
+            StateCommand::CountedReport {
+                report,
+                would_deny,
+                counts,
+            } => self.apply_report(now, report, would_deny, counts),
+            StateCommand::CountedRelease { release, counts } => {
+                self.apply_release(now, release, counts)
+            }
+            StateCommand::CountedAcquire { acquire, counts } => {
+                self.apply_acquire(now, acquire, counts)
             }
             other => self.apply_admin(now, other),
         }
+    }
+
+    fn from_earlier_snapshot(format: u8, body: &[u8]) -> Option<Result<(u64, Self), String>> {
+        earlier::snapshot(format, body)
     }
 }
 

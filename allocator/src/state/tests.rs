@@ -52,7 +52,7 @@ fn report(holder: &str, lease_id: u64, request_id: u64, would_deny: u64) -> Stat
         request_id,
         priority: 0,
     };
-    StateCommand::report(r, would_deny)
+    StateCommand::report(r, would_deny, Default::default())
 }
 
 fn would_deny(s: &AllocatorState, version: u64) -> Option<u64> {

@@ -90,6 +90,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             request_id: self.request_id(now),
             priority: v.priority,
             known_policy_version: 0,
+            ..Default::default()
         };
         let resp = self
             .grantor
@@ -134,6 +135,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             request_id: self.request_id(now),
             policy_version: 0,
             shadow_would_deny: 0,
+            ..Default::default()
         };
         let resp = match self.grantor.report(req).await {
             Ok(r) => r,
@@ -190,6 +192,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             lease_id: pos.upstream_lease_id,
             final_used,
             request_id: self.request_id(now),
+            ..Default::default()
         };
         let released = match self.grantor.release(req).await {
             Ok(_) => true,

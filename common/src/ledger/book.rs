@@ -95,6 +95,13 @@ impl LeaseBook {
         Some(rec)
     }
 
+    /// Every lease due for write-off at or before `now`, in write-off order.
+    pub fn due(&self, now: Nanos) -> impl Iterator<Item = &LeaseRecord> {
+        self.by_write_off
+            .range(..=(now, LeaseId::MAX))
+            .map(|(_, id)| &self.records[id])
+    }
+
     /// The next lease due for write-off at or before `now`, if any.
     pub fn next_due(&self, now: Nanos) -> Option<LeaseId> {
         self.by_write_off

@@ -31,6 +31,7 @@ pub mod params;
 pub mod sizing;
 mod tick;
 mod upstream;
+pub mod usage;
 pub mod window;
 
 pub use account::{Account, HolderSlot, KeyStats, Origin, Supply};
@@ -45,6 +46,10 @@ pub use params::{
     LeaseParams, LeaseableError, LedgerConfig, LedgerLimits, Level, PolicyParams, Role,
 };
 pub use upstream::UpstreamPosition;
+pub use usage::{
+    HolderCounts, UsageBook, UsageCounts, UsageLimits, UsageQuery, UsageReport, UsageRow,
+    UsageSubject,
+};
 pub use window::{WindowSpec, WindowSupply};
 
 use crate::algo::TokenBucket;
@@ -207,6 +212,11 @@ impl Ledger {
 
     pub fn leases(&self) -> impl Iterator<Item = &LeaseRecord> {
         self.book.iter()
+    }
+
+    /// Leases a tick at `now` writes off, in write-off order.
+    pub fn leases_due(&self, now: Nanos) -> impl Iterator<Item = &LeaseRecord> {
+        self.book.due(now.max(self.now()))
     }
 
     pub fn tombstone(&self, lease_id: LeaseId) -> Option<&Tombstone> {

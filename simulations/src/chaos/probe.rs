@@ -96,6 +96,7 @@ async fn write_once(grantor: &RemoteGrantor, request_id: u64) -> Option<Instant>
         lease_id: lease.lease_id,
         final_used: 0,
         request_id: request_id + 1,
+        ..Default::default()
     };
     let _ = grantor.release(release).await;
     Some(done)

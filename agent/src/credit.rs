@@ -75,6 +75,8 @@ pub struct SlotCounts {
     pub refused: u64,
     /// Units admitted without credit because the grantor could not be reached.
     pub fail_open: u64,
+    /// Units admitted with a delay (a shaping policy pacing held credit).
+    pub shaped: u64,
 }
 
 impl SlotCounts {
@@ -83,6 +85,7 @@ impl SlotCounts {
         SlotCounts {
             refused: self.refused.saturating_sub(base.refused),
             fail_open: self.fail_open.saturating_sub(base.fail_open),
+            shaped: self.shaped.saturating_sub(base.shaped),
         }
     }
 }
@@ -113,10 +116,12 @@ pub struct CreditSlot {
     /// started from the part earlier leases had not had acknowledged.
     refused_units: AtomicU64,
     fail_open_units: AtomicU64,
+    shaped_units: AtomicU64,
     /// The counts grantors acknowledged under earlier leases of this slot (lease manager
     /// only): the next lease reports what came after.
     acknowledged_refused: AtomicU64,
     acknowledged_fail_open: AtomicU64,
+    acknowledged_shaped: AtomicU64,
     /// While [`SlotState::Denied`]: when the grantor said credit may be granted again
     /// (monotonic ns), the retry hint refusals give; zero when it named no time.
     retry_at_ns: AtomicU64,
@@ -210,11 +215,18 @@ impl CreditSlot {
         self.fail_open_units.fetch_add(units, Ordering::Relaxed);
     }
 
-    /// Refused and fail-open units so far.
+    /// Counts units admitted with a delay.
+    #[inline]
+    pub fn note_shaped(&self, units: u64) {
+        self.shaped_units.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// Refused, fail-open and shaped units so far.
     pub fn counts(&self) -> SlotCounts {
         SlotCounts {
             refused: self.refused_units.load(Ordering::Relaxed),
             fail_open: self.fail_open_units.load(Ordering::Relaxed),
+            shaped: self.shaped_units.load(Ordering::Relaxed),
         }
     }
 
@@ -223,6 +235,7 @@ impl CreditSlot {
         SlotCounts {
             refused: self.acknowledged_refused.load(Ordering::Relaxed),
             fail_open: self.acknowledged_fail_open.load(Ordering::Relaxed),
+            shaped: self.acknowledged_shaped.load(Ordering::Relaxed),
         }
     }
 
@@ -232,6 +245,8 @@ impl CreditSlot {
             .fetch_max(counts.refused, Ordering::Relaxed);
         self.acknowledged_fail_open
             .fetch_max(counts.fail_open, Ordering::Relaxed);
+        self.acknowledged_shaped
+            .fetch_max(counts.shaped, Ordering::Relaxed);
     }
 
     /// Would-deny requests under the current lease (reported with it, cumulative).

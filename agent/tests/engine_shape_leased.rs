@@ -91,6 +91,11 @@ fn held_credit_departs_at_the_policy_rate_within_max_delay() {
     let stats = e.stats();
     assert_eq!(stats.shaped_admitted, 3);
     assert_eq!(e.shaped_waiting(Nanos(60 * MS)), 3);
+    // The slot's counts, which its lease reports as `shaped_units`, hold the delayed units
+    // and nothing for those that went at once or were refused (the request before the
+    // lease, and the two beyond `max_delay`, count as refused).
+    assert_eq!(slot.counts().shaped, 3);
+    assert_eq!(slot.counts().refused, 3);
 }
 
 #[test]

@@ -69,7 +69,7 @@ impl Grantor for Recording {
             return Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) });
         }
         self.note(req.lease_id, req.refused_units, req.fail_open_units);
-        assert_eq!(req.shaped_units, 0, "nothing shapes yet");
+        assert_eq!(req.shaped_units, 0, "the policy does not shape");
         self.inner.report(req)
     }
 

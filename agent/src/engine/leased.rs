@@ -71,6 +71,8 @@ impl Engine {
                 Paced::Spent { ticket, delay_ns } => {
                     if delay_ns > 0 {
                         self.counters.bump(Count::ShapedAdmitted);
+                        // Reported with the lease, for usage reconciliation.
+                        slot.note_shaped(units);
                         ctx.delay_ns = delay_ns;
                     }
                     return admitted(p, entry, slot, units, ticket, ctx);

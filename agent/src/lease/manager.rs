@@ -423,6 +423,7 @@ impl LeaseManager {
             let sent = SlotCounts {
                 refused: r.refused_units,
                 fail_open: r.fail_open_units,
+                shaped: r.shaped_units,
             };
             async move { (req, sent, grantor.acquire(r).await) }
         })
@@ -435,6 +436,7 @@ impl LeaseManager {
                 req.slot.acknowledge(SlotCounts {
                     refused: ack.refused + sent.refused,
                     fail_open: ack.fail_open + sent.fail_open,
+                    shaped: ack.shaped + sent.shaped,
                 });
             }
             self.acquired(req, answer, sent_at).await;
@@ -456,7 +458,7 @@ impl LeaseManager {
             priority: u32::from(req.priority),
             known_policy_version: req.policy_version,
             refused_units: counts.refused,
-            shaped_units: 0,
+            shaped_units: counts.shaped,
             fail_open_units: counts.fail_open,
         }
     }

@@ -155,8 +155,7 @@ impl LeaseManager {
             policy_version: 0,
             shadow_would_deny: h.slot.shadow_denied(),
             refused_units: counts.refused,
-            // Nothing here delays an admission yet, so nothing is shaped.
-            shaped_units: 0,
+            shaped_units: counts.shaped,
             fail_open_units: counts.fail_open,
         };
         h.reported_demand = per_sec;
@@ -259,7 +258,7 @@ impl LeaseManager {
                     final_used,
                     request_id: self.request_id(),
                     refused_units: last.refused,
-                    shaped_units: 0,
+                    shaped_units: last.shaped,
                     fail_open_units: last.fail_open,
                 };
                 self.counters.releases += 1;

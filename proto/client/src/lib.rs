@@ -10,6 +10,7 @@
 //! What a holder does with its leases (credit slots, renewals, a state file) is its own
 //! business and lives with the holder.
 
+mod addr_order;
 mod grantor;
 mod local;
 mod remote;

@@ -1,15 +1,16 @@
 //! A region's recovery when its root cluster loses its leader, on the real binaries: three
 //! root nodes, one region node leasing from them (mutual TLS, as deployed), and a client at
-//! the region that
-//! asks for one new key after another. The region can grant a new key only with credit the
-//! root leased to it for that key, so the first new key granted after a fault shows the
-//! region leasing from the root again.
+//! the region that asks for one new key after another. The region can grant a new key only
+//! with credit the root leased to it for that key, so the first new key granted after a
+//! fault shows the region leasing from the root again. Figures: docs/operations.md, "A
+//! region's failover, measured".
 //!
 //! The root's leader is killed (SIGKILL: its sockets are closed and new connections are
-//! refused) or stopped (SIGSTOP: the kernel still accepts connections and nothing answers on
-//! them, as with a host gone behind a network that drops its packets). Each time, the test
-//! measures from the fault to the root's new leader and to the region's first grant of a
-//! key asked for after the fault.
+//! refused), stopped (SIGSTOP: its connections stay open, the kernel still accepts new ones,
+//! and nothing answers on any of them), or killed with its address then dropping connection
+//! attempts (as a host gone from the network does). Each time, the test measures from the
+//! fault to the root's new leader and to the region's first grant of a key asked for after
+//! the fault.
 
 mod process_support;
 
@@ -298,6 +299,39 @@ async fn ask_new_keys(channels: ChannelFactory, region: String, grants: Arc<Gran
 enum Fault {
     Kill,
     Stop,
+    /// Killed, and its address then drops connection attempts (a host gone: nothing
+    /// answers its address's ARP, or a firewall drops the packets).
+    KillSilent,
+}
+
+/// A listener on an address whose accept queue is full, so the kernel drops every further
+/// connection attempt (SYN) to it and the connecting side waits out its own timeout.
+struct BlackHole {
+    _listener: tokio::net::TcpListener,
+    _queued: Vec<tokio::net::TcpStream>,
+}
+
+impl BlackHole {
+    async fn at(addr: &str) -> BlackHole {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind(addr).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let mut queued = Vec::new();
+        // Connect until one attempt is no longer answered: the queue is full from then on.
+        while queued.len() < 8 {
+            let attempt = tokio::net::TcpStream::connect(addr);
+            match tokio::time::timeout(Duration::from_millis(200), attempt).await {
+                Ok(Ok(stream)) => queued.push(stream),
+                _ => break,
+            }
+        }
+        BlackHole {
+            _listener: listener,
+            _queued: queued,
+        }
+    }
 }
 
 /// One fault on the root's leader, in milliseconds from the fault.
@@ -336,10 +370,14 @@ async fn trial(root: &mut Root, grants: &Grants, fault: Fault) -> Sample {
         "the region granted nothing while the root was healthy"
     );
     let at = Instant::now();
+    let mut hole = None;
     match fault {
-        Fault::Kill => {
+        Fault::Kill | Fault::KillSilent => {
             let proc = root.node(leader).proc.take().expect("leader runs");
             drop(proc);
+            if let Fault::KillSilent = fault {
+                hole = Some(BlackHole::at(&root.node(leader).addr).await);
+            }
         }
         Fault::Stop => root.signal(leader, "STOP"),
     }
@@ -353,8 +391,9 @@ async fn trial(root: &mut Root, grants: &Grants, fault: Fault) -> Sample {
     let granted = poll(async || grants.first_asked_after(at))
         .await
         .unwrap_or_else(|| at + Duration::from_millis(WAIT_MS));
+    drop(hole);
     match fault {
-        Fault::Kill => root.launch(leader),
+        Fault::Kill | Fault::KillSilent => root.launch(leader),
         Fault::Stop => root.signal(leader, "CONT"),
     }
     Sample {
@@ -381,7 +420,8 @@ async fn a_region_leases_again_soon_after_its_roots_leader_is_killed_or_stopped(
     .await;
 
     let mut samples = Vec::new();
-    for fault in [Fault::Kill, Fault::Stop, Fault::Kill, Fault::Stop] {
+    let faults = [Fault::Kill, Fault::Stop, Fault::KillSilent];
+    for fault in [faults, faults].concat() {
         let sample = trial(&mut root, &grants, fault).await;
         eprintln!(
             "{:?}: the root's new leader after {} ms, the region granting after {} ms",

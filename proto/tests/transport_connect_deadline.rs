@@ -1,8 +1,9 @@
 //! The connect deadline of a [`ChannelFactory`] channel covers the whole connection, TLS
 //! handshake included: a peer whose kernel accepts connections while the process answers
-//! nothing (stopped, hung, or a full accept queue) costs a call the connect timeout, not
-//! forever. Calls queued on the channel behind that connection wait on it too, so without
-//! the deadline one silent node held every call to its address.
+//! nothing (stopped or hung) costs a call twice the connect timeout, not forever, and an
+//! address that drops connection attempts costs it the connect timeout, as UNAVAILABLE.
+//! Calls queued on the channel behind that connection wait on it too, so without the
+//! deadline one silent node held every call to its address.
 
 use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -72,6 +73,35 @@ async fn a_tls_peer_that_never_answers_costs_a_call_the_connect_timeout() {
     // A handshake out of time surfaces as UNKNOWN (tonic's deadline error is no connect
     // error); either way no call was answered.
     assert_eq!(codes, [tonic::Code::Unknown; 2], "both calls failed");
+    assert!(
+        took < Duration::from_millis(CALL_BOUND_MS),
+        "the calls took {took:?} against a connect timeout of {CONNECT_TIMEOUT_MS} ms"
+    );
+}
+
+/// A listener whose accept queue is full, so the kernel drops every further SYN to it.
+async fn dropping_listener() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    while queued.len() < 8 {
+        let attempt = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_millis(200), attempt).await {
+            Ok(Ok(stream)) => queued.push(stream),
+            _ => break,
+        }
+    }
+    (listener, queued, addr.to_string())
+}
+
+#[tokio::test]
+async fn an_address_that_drops_connection_attempts_is_unavailable_within_the_connect_timeout() {
+    let channels = factory(ClientTransport::Plaintext);
+    let (_listener, _queued, addr) = dropping_listener().await;
+    let (took, codes) = call_twice(&channels, &addr).await;
+    assert_eq!(codes, [tonic::Code::Unavailable; 2]);
     assert!(
         took < Duration::from_millis(CALL_BOUND_MS),
         "the calls took {took:?} against a connect timeout of {CONNECT_TIMEOUT_MS} ms"

@@ -11,14 +11,14 @@ use crate::service::ticker::run_ticker;
 use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
 use crate::state::AllocatorState;
 use crate::upstream::mirror::{run_mirror, MirrorConfig};
-use crate::upstream::{run_upstream, UpstreamConfig, UpstreamCounters};
+use crate::upstream::{run_upstream, upstream_channel_settings, UpstreamConfig, UpstreamCounters};
 use leasehold_client::{CoalesceLimits, CoalescingGrantor, RemoteGrantor};
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::{
     cluster_member_id, ensure_crypto_provider, fit_connections, server_tls_config, AuthMode,
-    ChannelFactory, ChannelSettings, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
+    ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -282,7 +282,7 @@ fn upstream_link(cfg: &AllocatorConfig) -> Result<UpstreamLink, ServerError> {
         },
     };
     let channels = || {
-        ChannelFactory::new(ChannelSettings::default(), transport.clone())
+        ChannelFactory::new(upstream_channel_settings(), transport.clone())
             .map_err(|e| ServerError::Config(format!("upstream: {e}")))
     };
     Ok(UpstreamLink {

@@ -80,7 +80,7 @@ fn watch_event_oneof_round_trips() {
 const METHODS: &[(&str, &[(&str, bool)])] = &[
     ("leasehold.v1.LeaseService", &[
         ("Acquire", false), ("Report", false), ("Release", false), ("Watch", true),
-        ("Decide", false), ("Refund", false),
+        ("Decide", false), ("Refund", false), ("DecideBatch", false),
     ]),
     ("leasehold.v1.AdmitService", &[("Admit", false)]),
     ("leasehold.v1.AdminService", &[

@@ -20,6 +20,7 @@ use exchange::Exchange;
 use leasehold_client::Grantor;
 use leasehold_common::lease::{HolderConfig, LeaseVerifier};
 use leasehold_common::time::Nanos;
+use leasehold_proto::transport::ChannelSettings;
 use plan::{plan, views, PlanSettings, Step};
 use std::collections::HashMap;
 use std::future::Future;
@@ -52,6 +53,33 @@ impl UpstreamConfig {
         }
     }
 }
+
+/// How a delegated node's calls to its upstream cluster are timed. The upstream answers in
+/// milliseconds, and while a call waits on a lost leader every key behind it in the round
+/// waits too, so each call gives up on a node well within the second a new leader takes
+/// to be elected and named.
+pub fn upstream_channel_settings() -> ChannelSettings {
+    ChannelSettings {
+        connect_timeout_ms: UPSTREAM_CONNECT_TIMEOUT_MS,
+        request_timeout_ms: UPSTREAM_REQUEST_TIMEOUT_MS,
+        keepalive_interval_ms: UPSTREAM_KEEPALIVE_INTERVAL_MS,
+        keepalive_timeout_ms: UPSTREAM_KEEPALIVE_TIMEOUT_MS,
+        ..ChannelSettings::default()
+    }
+}
+
+/// Resolving an upstream node's name and connecting to it take at most this long, and its
+/// TLS handshake as long again.
+pub const UPSTREAM_CONNECT_TIMEOUT_MS: u64 = 500;
+/// A call to an upstream node that has not answered within this long is given up on and
+/// sent to the next node (with the same request id, so it is applied at most once).
+pub const UPSTREAM_REQUEST_TIMEOUT_MS: u64 = 1_000;
+/// Each connection to an upstream node sends a PING this often.
+pub const UPSTREAM_KEEPALIVE_INTERVAL_MS: u64 = 250;
+/// A PING unanswered this long closes its connection, failing the calls on it: a node that
+/// stopped answering without closing its connections (a host gone, a stopped process) is
+/// noticed within interval + timeout, a second, even when a call on it would wait longer.
+pub const UPSTREAM_KEEPALIVE_TIMEOUT_MS: u64 = 750;
 
 /// Counters of the driver, for metrics and tests.
 #[derive(Debug, Default)]

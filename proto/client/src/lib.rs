@@ -11,6 +11,7 @@
 //! What a holder does with its leases (credit slots, renewals, a state file) is its own
 //! business and lives with the holder.
 
+mod addr_order;
 mod coalesce;
 mod grantor;
 mod local;

@@ -1,5 +1,6 @@
 //! An allocator cluster as a grantor, over gRPC: leader following and retries.
 
+use crate::addr_order::AddrOrder;
 use crate::grantor::{BoxFuture, Grantor, GrantorError, WatchStream};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_client::LeaseServiceClient;
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 /// leader is followed, and a node that cannot be reached is skipped for the next one.
 pub struct RemoteGrantor {
     channels: ChannelFactory,
-    addrs: Mutex<Vec<String>>,
+    addrs: Mutex<AddrOrder>,
     retries_max: usize,
 }
 
@@ -20,28 +21,13 @@ impl RemoteGrantor {
     pub fn new(channels: ChannelFactory, addrs: Vec<String>, retries_max: usize) -> Self {
         RemoteGrantor {
             channels,
-            addrs: Mutex::new(addrs),
+            addrs: Mutex::new(AddrOrder::new(addrs)),
             retries_max: retries_max.max(1),
         }
     }
 
-    fn first(&self) -> Option<String> {
-        self.addrs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .first()
-            .cloned()
-    }
-
-    /// Moves `addr` to the front (a leader) or the back (unreachable).
-    fn prefer(&self, addr: &str, front: bool) {
-        let mut a = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
-        a.retain(|x| x != addr);
-        if front {
-            a.insert(0, addr.to_string());
-        } else {
-            a.push(addr.to_string());
-        }
+    fn order(&self) -> std::sync::MutexGuard<'_, AddrOrder> {
+        self.addrs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, GrantorError>
@@ -50,8 +36,12 @@ impl RemoteGrantor {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut last = GrantorError::Unreachable("no allocator address".into());
+        let mut tried: Vec<String> = Vec::new();
         for _ in 0..self.retries_max {
-            let Some(addr) = self.first() else { break };
+            let Some(addr) = self.order().next(&tried) else {
+                break;
+            };
+            tried.push(addr.clone());
             let channel = self
                 .channels
                 .channel(&addr)
@@ -65,14 +55,14 @@ impl RemoteGrantor {
                         .and_then(|v| v.to_str().ok())
                     {
                         Some(leader) if !leader.is_empty() && leader != addr => {
-                            self.prefer(leader, true)
+                            self.order().leader_named(leader, &tried);
                         }
-                        _ => self.prefer(&addr, false),
+                        _ => self.order().unreachable(&addr),
                     }
                     last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
                 }
                 Err(s) if !is_answer(s.code()) => {
-                    self.prefer(&addr, false);
+                    self.order().unreachable(&addr);
                     last = GrantorError::Unreachable(format!("{addr}: {}", s.message()));
                 }
                 Err(s) => {

@@ -172,6 +172,16 @@ async fn a_node_that_cannot_be_reached_is_skipped() {
 }
 
 #[tokio::test]
+async fn a_lost_leader_that_a_follower_still_names_is_not_asked_again_in_the_same_call() {
+    let lost = nobody();
+    let stale = start(Answer::FollowerOf(lost.clone())).await;
+    let leader = start(Answer::Grant(7)).await;
+    let g = grantor(&[&lost, &stale.addr, &leader.addr]);
+    assert_eq!(acquire(&g).await, Ok(7));
+    assert_eq!(stale.calls(), 1);
+}
+
+#[tokio::test]
 async fn a_broken_call_is_no_answer_and_the_next_node_is_asked() {
     let leader = start(Answer::Grant(7)).await;
     for code in [Code::Unknown, Code::Internal, Code::Cancelled] {

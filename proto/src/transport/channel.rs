@@ -2,10 +2,15 @@
 //! plaintext, with connect and per-request timeouts.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use hyper_util::client::legacy::connect::HttpConnector;
+use tonic::codegen::Service;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Uri};
 
 use super::pem::{TlsConfigError, TlsPem};
 use super::tls::{client_tls_config_unchecked, ensure_crypto_provider};
@@ -16,7 +21,9 @@ pub const ADDRESS_LEN_MAX: usize = 255;
 /// Limits and timeouts of a [`ChannelFactory`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelSettings {
-    /// Longest wait for a TCP + TLS connection to be established, in milliseconds.
+    /// Longest wait for the server's name to resolve and its TCP connection to be
+    /// established, in milliseconds; the TLS handshake then has as long again. Calls queued
+    /// on the channel meanwhile wait for the connection too.
     pub connect_timeout_ms: u64,
     /// Deadline of each request, in milliseconds; sent to the server as `grpc-timeout`.
     pub request_timeout_ms: u64,
@@ -219,9 +226,10 @@ impl ChannelFactory {
             address: address.to_owned(),
             source,
         };
+        let connect_timeout = Duration::from_millis(self.settings.connect_timeout_ms);
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(endpoint_err)?
-            .connect_timeout(Duration::from_millis(self.settings.connect_timeout_ms))
+            .connect_timeout(connect_timeout)
             .timeout(Duration::from_millis(self.settings.request_timeout_ms))
             .http2_keep_alive_interval(Duration::from_millis(self.settings.keepalive_interval_ms))
             .keep_alive_timeout(Duration::from_millis(self.settings.keepalive_timeout_ms))
@@ -235,7 +243,59 @@ impl ChannelFactory {
         }
         Ok(match &self.connector {
             Some(Connector(connect)) => connect(&endpoint),
-            None => endpoint.connect_lazy(),
+            // Resolution and TCP within the connect timeout, everything with TLS within twice it.
+            None => endpoint
+                .connect_timeout(2 * connect_timeout)
+                .connect_with_connector_lazy(TcpConnect::new(connect_timeout)),
+        })
+    }
+}
+
+/// TCP as tonic's own `connect_lazy` opens it, with name resolution and the connect within
+/// one deadline. tonic's own connector bounds only each `connect(2)`, and nothing bounded the
+/// TLS handshake after it, so a peer whose kernel still accepts connections while the process
+/// answers nothing (stopped, hung, an accept queue nobody drains) held every call to its
+/// address until it woke up. Used as a custom connector, it gets tonic's TLS on top and the
+/// endpoint's connect timeout around both. A failure here is UNAVAILABLE on the calls, as
+/// with tonic's own connector; a TLS handshake that runs out of time is UNKNOWN.
+#[derive(Clone)]
+struct TcpConnect {
+    http: HttpConnector,
+    timeout: Duration,
+}
+
+impl TcpConnect {
+    fn new(timeout: Duration) -> Self {
+        let mut http = HttpConnector::new();
+        // The scheme is `https` under TLS, which tonic's connector layers on top of this one.
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        TcpConnect { http, timeout }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Service<Uri> for TcpConnect {
+    type Response = <HttpConnector as Service<Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.http.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected.map_err(Into::into),
+                Err(_) => Err(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("not connected within {} ms", timeout.as_millis()),
+                )) as BoxError),
+            }
         })
     }
 }

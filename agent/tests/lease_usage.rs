@@ -85,9 +85,19 @@ impl Grantor for Recording {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_refusal_is_reported_once_on_a_lease() {
-    let policy = Policy::from_yaml(POLICY).unwrap();
+/// A root ledger with `policy`, the recording grantor in front of it, an engine and its
+/// lease manager reporting every `report_every_ms`, running.
+struct Running {
+    local: Arc<LocalGrantor>,
+    recording: Arc<Recording>,
+    clock: SystemClock,
+    engine: Arc<Engine>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
+}
+
+fn start(policy: &str, report_every_ms: u64) -> Running {
+    let policy = Policy::from_yaml(policy).unwrap();
     let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
     let local = Arc::new(LocalGrantor::new(
         Ledger::new(LedgerConfig::root("standalone")),
@@ -110,7 +120,7 @@ async fn every_refusal_is_reported_once_on_a_lease() {
     );
     let mut cfg = ManagerConfig::new("gw-1");
     cfg.tick_ms = 5;
-    cfg.report_every_ms = 50;
+    cfg.report_every_ms = report_every_ms;
     let (stop, rx) = tokio::sync::watch::channel(false);
     let grantor: Arc<dyn Grantor> = recording.clone();
     let manager = LeaseManager::new(
@@ -120,6 +130,26 @@ async fn every_refusal_is_reported_once_on_a_lease() {
         engine.take_acquire_queue().unwrap(),
     );
     let task = tokio::spawn(manager.run(rx));
+    Running {
+        local,
+        recording,
+        clock,
+        engine,
+        stop,
+        task,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_reported_once_on_a_lease() {
+    let Running {
+        local,
+        recording,
+        clock,
+        engine,
+        stop,
+        task,
+    } = start(POLICY, 50);
 
     let (mut admitted, mut refused) = (0u64, 0u64);
     for _ in 0..60 {
@@ -152,39 +182,14 @@ const FAIL_OPEN: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_admissions_are_reported_on_the_next_lease_that_gets_through() {
-    let policy = Policy::from_yaml(FAIL_OPEN).unwrap();
-    let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
-    let local = Arc::new(LocalGrantor::new(
-        Ledger::new(LedgerConfig::root("standalone")),
-        signer,
-        Arc::new(SystemClock::new()),
-    ));
-    assert_eq!(local.install(std::slice::from_ref(&policy)).unwrap(), 1);
-    let recording = Arc::new(Recording {
-        inner: Arc::clone(&local),
-        stated: Mutex::new(BTreeMap::new()),
-        acquired: Mutex::new(BTreeMap::new()),
-        down: AtomicBool::new(false),
-    });
-    let clock = SystemClock::new();
-    let engine = Arc::new(
-        Engine::builder()
-            .start(clock.now())
-            .build(RuleSource::from_policies(vec![policy]))
-            .unwrap(),
-    );
-    let mut cfg = ManagerConfig::new("gw-1");
-    cfg.tick_ms = 5;
-    cfg.report_every_ms = 20;
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let grantor: Arc<dyn Grantor> = recording.clone();
-    let manager = LeaseManager::new(
-        cfg,
-        grantor,
-        clock.clone(),
-        engine.take_acquire_queue().unwrap(),
-    );
-    let task = tokio::spawn(manager.run(rx));
+    let Running {
+        recording,
+        clock,
+        engine,
+        stop,
+        task,
+        ..
+    } = start(FAIL_OPEN, 20);
 
     let mut fail_open = 0u64;
     let run = |ms: u64| {

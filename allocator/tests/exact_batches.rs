@@ -7,11 +7,10 @@ mod process_support;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_client::LeaseServiceClient;
 use process_support::{
-    admit_answer, agent_binary, ctl_insecure, free_port, spawn_logged, start_insecure_allocator,
-    wait_agent_ready, wait_until, Proc,
+    admit_answer, ctl_insecure, start_insecure_agent_with, start_insecure_allocator, wait_until,
+    Proc,
 };
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 use tonic::Code;
 
@@ -136,15 +135,7 @@ async fn a_batch_decides_each_request_and_a_malformed_one_is_refused_by_name() {
 }
 
 fn start_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
-    let (grpc, http) = (free_port(), free_port());
-    let mut cmd = Command::new(agent_binary());
-    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--decide-timeout-ms", "5000"]);
-    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
-    wait_agent_ready(http);
-    (proc, http)
+    start_insecure_agent_with(dir, server, holder, &["--decide-timeout-ms", "5000"])
 }
 
 #[test]

@@ -7,11 +7,11 @@
 mod process_support;
 
 use process_support::{
-    admit_answer, admit_body, agent_binary, ctl_insecure, free_port, json, spawn_logged,
-    start_insecure_allocator, wait_agent_ready, wait_until, Proc,
+    admit_answer, admit_body, ctl_insecure, json, start_insecure_agent_with,
+    start_insecure_allocator, wait_until, Proc,
 };
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 const LIMIT: u64 = 10;
@@ -41,15 +41,7 @@ fn apply_ok(dir: &Path, server: &str, id: &str, body: &str) {
 }
 
 fn start_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
-    let (grpc, http) = (free_port(), free_port());
-    let mut cmd = Command::new(agent_binary());
-    cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--decide-timeout-ms", "2000"]);
-    let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
-    wait_agent_ready(http);
-    (proc, http)
+    start_insecure_agent_with(dir, server, holder, &["--decide-timeout-ms", "2000"])
 }
 
 /// The agent's answer once it has the policy (before, the id is unknown to it).

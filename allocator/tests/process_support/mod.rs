@@ -202,11 +202,22 @@ pub fn start_insecure_allocator(dir: &Path) -> (Proc, String) {
 /// The agent binary on free loopback ports, leasing from the insecure cluster at `server`
 /// as `holder` (its log in `dir/<holder>.log`), ready: the process and its HTTP port.
 pub fn start_insecure_agent(dir: &Path, server: &str, holder: &str) -> (Proc, u16) {
+    start_insecure_agent_with(dir, server, holder, &[])
+}
+
+/// [`start_insecure_agent`] with `extra` arguments for the agent.
+pub fn start_insecure_agent_with(
+    dir: &Path,
+    server: &str,
+    holder: &str,
+    extra: &[&str],
+) -> (Proc, u16) {
     let (grpc, http) = (free_port(), free_port());
     let mut cmd = Command::new(agent_binary());
     cmd.args(["--allocator", server, "--insecure", "--holder-id", holder])
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(extra);
     let proc = spawn_logged(cmd, &dir.join(format!("{holder}.log")));
     wait_agent_ready(http);
     (proc, http)

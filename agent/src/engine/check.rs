@@ -3,7 +3,7 @@
 use super::admit::{Ctx, Step};
 use super::decision::{DenyReason, Outcome};
 use super::fastkey::{values_hash, PlainValues};
-use super::local::LocalTime;
+use super::local::{LocalCharge, LocalTime};
 use super::policy::{CompiledPolicy, Emergency};
 use super::stats::Count;
 use super::table::{Entry, EntryState, TableFull};
@@ -209,14 +209,7 @@ fn check_local(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let charge = guard.try_take(units, at);
     drop(guard);
     if !charge.admitted {
-        return Step {
-            reset_after_ns: charge.reset_after_ns,
-            ..Step::deny(
-                DenyReason::OverLimit,
-                charge.remaining,
-                charge.retry_after_ns,
-            )
-        };
+        return over_limit(&charge);
     }
     if ctx.keep {
         ctx.charged(ChargeKind::Local, entry, units);
@@ -231,6 +224,18 @@ fn check_local(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
 
 /// A concurrency limit has no time to wait for: a refusal's retry hint is 0 ("when a
 /// request in flight finishes").
+/// The refusal of a local limiter that did not admit `charge`.
+pub(crate) fn over_limit(charge: &LocalCharge) -> Step {
+    Step {
+        reset_after_ns: charge.reset_after_ns,
+        ..Step::deny(
+            DenyReason::OverLimit,
+            charge.remaining,
+            charge.retry_after_ns,
+        )
+    }
+}
+
 fn check_in_flight(entry: Found<'_>, units: u64, ctx: &mut Ctx<'_>) -> Step {
     let EntryState::InFlight { max, .. } = &entry.state else {
         unreachable!("called for concurrency entries only");

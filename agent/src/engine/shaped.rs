@@ -5,7 +5,8 @@
 //! ([`super::paced`]); they share the waiting cap kept here.
 
 use super::admit::{Ctx, Step};
-use super::decision::{DenyReason, Outcome};
+use super::check::over_limit;
+use super::decision::Outcome;
 use super::local::{LocalCharge, LocalLimiter, LocalTime};
 use super::stats::Count;
 use super::table::EntryState;
@@ -101,14 +102,7 @@ impl Engine {
             self.counters.bump(Count::ShapedWaitingFull);
         }
         if !charge.admitted {
-            return Step {
-                reset_after_ns: charge.reset_after_ns,
-                ..Step::deny(
-                    DenyReason::OverLimit,
-                    charge.remaining,
-                    charge.retry_after_ns,
-                )
-            };
+            return over_limit(&charge);
         }
         if ctx.keep {
             // Only a request that may not wait is kept for undoing, and it departs now:

@@ -3,7 +3,8 @@
 //! as root, one agent and one node under libfaketime when installed), traffic above the
 //! rate, and about ten seeded faults (leader and follower SIGKILL, leader SIGSTOP, quorum
 //! loss, agent SIGKILL and SIGSTOP, a partition, clock steps of an agent and of a node). No window of any key exceeds `B + r·T`, every
-//! node ends with the same ledger, and the ledger accounts for every admitted unit.
+//! node ends with the same ledger, the ledger accounts for every admitted unit, and the
+//! usage the replicated state booked through every failover matches the ledger.
 
 mod chaos_support;
 
@@ -43,6 +44,11 @@ async fn the_short_seed_keeps_the_bound_and_the_ledgers_through_every_fault() {
         v.conserved,
         "admitted {} vs {:?}",
         v.counts.admitted, v.ledgers
+    );
+    assert!(
+        v.usage_matches,
+        "usage {:?} against ledgers {:?}",
+        v.usage, v.ledgers
     );
     assert!(v.passed);
 }

@@ -1,7 +1,8 @@
 //! The end of a chaos run: every process healed and the agents stopped cleanly (they
 //! release what they hold), then every window of every key checked against `B + r·T` from
-//! the generator's records, and the ledgers of all nodes compared with each other and with
-//! what the generator saw admitted.
+//! the generator's records, the ledgers of all nodes compared with each other and with
+//! what the generator saw admitted, and the usage the replicated state booked with the
+//! ledger.
 
 use super::error::ChaosError;
 use super::faults::World;
@@ -10,8 +11,9 @@ use super::traffic::{Counts, Records};
 use super::windows::{check_key, WindowCheck};
 use crate::live::scrape::ClusterFigures;
 use leasehold_common::rate::Rate;
+use leasehold_proto::leasehold::v1 as pb;
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the nodes may take to agree on the ledger once traffic stops, in milliseconds.
 const CONVERGE_WAIT_MS: u64 = 20_000;
@@ -34,7 +36,48 @@ pub struct Verdict {
     /// those never exceed what was granted.
     pub conserved: bool,
     pub agents_stopped_cleanly: usize,
+    /// The policy's usage over the run as the leader's replicated state books it (`leasectl
+    /// usage`), None when no leader answered.
+    pub usage: Option<UsageFigures>,
+    /// The usage booked matches the converged ledger: admitted units equal what the
+    /// ledger counts used, stranded units what it wrote off.
+    pub usage_matches: bool,
     pub passed: bool,
+}
+
+/// Totals of `AdminService.Usage` for the run's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct UsageFigures {
+    pub admitted: u64,
+    pub refused: u64,
+    pub fail_open: u64,
+    pub stranded: u64,
+}
+
+/// How far back the usage asked for reaches: far beyond any run, so that every bucket of
+/// the run is covered whatever the hour.
+const USAGE_SPAN_MS: u64 = 24 * 3_600_000;
+
+async fn usage(world: &World) -> Option<UsageFigures> {
+    let leader = world.cluster.leader().await?;
+    let mut admin = world.cluster.admin(leader).ok()?;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_millis() as u64;
+    let req = pb::UsageRequest {
+        policy_id: POLICY_ID.into(),
+        since_ms: now_ms - USAGE_SPAN_MS,
+        until_ms: now_ms + 3_600_000,
+        ..Default::default()
+    };
+    let total = admin.usage(req).await.ok()?.into_inner().total?;
+    Some(UsageFigures {
+        admitted: total.admitted,
+        refused: total.refused,
+        fail_open: total.fail_open,
+        stranded: total.stranded,
+    })
 }
 
 async fn converged(world: &World) -> (bool, Vec<(u64, ClusterFigures)>) {
@@ -87,15 +130,27 @@ pub async fn verdict(
         let accounted = f.used + f.stranded + f.outstanding;
         admitted <= accounted && accounted <= f.granted
     });
+    // Usage lives in the replicated state, so every failover of the run is behind it.
+    let usage = usage(world).await;
+    let usage_matches = match (usage, ledgers.first()) {
+        (Some(u), Some((_, f))) => u.admitted == f.used && u.stranded == f.stranded,
+        _ => false,
+    };
     Ok(Verdict {
         counts: records.counts,
         utilisation,
         windows,
         violations,
-        passed: violations == 0 && ledgers_identical && conserved && !ledgers.is_empty(),
+        passed: violations == 0
+            && ledgers_identical
+            && conserved
+            && usage_matches
+            && !ledgers.is_empty(),
         ledgers,
         ledgers_identical,
         conserved,
         agents_stopped_cleanly,
+        usage,
+        usage_matches,
     })
 }

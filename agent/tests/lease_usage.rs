@@ -48,13 +48,18 @@ impl Recording {
     }
 }
 
+/// Every call's answer while the grantor is cut off.
+fn cut_off<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, GrantorError>> {
+    Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) })
+}
+
 impl Grantor for Recording {
     fn acquire(
         &self,
         req: pb::AcquireRequest,
     ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) });
+            return cut_off();
         }
         let counts = (req.refused_units, req.fail_open_units);
         self.acquired.lock().unwrap().insert(req.request_id, counts);
@@ -66,7 +71,7 @@ impl Grantor for Recording {
         req: pb::ReportRequest,
     ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) });
+            return cut_off();
         }
         self.note(req.lease_id, req.refused_units, req.fail_open_units);
         assert_eq!(req.shaped_units, 0, "the policy does not shape");
@@ -78,7 +83,7 @@ impl Grantor for Recording {
         req: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(GrantorError::Unreachable("cut off".into())) });
+            return cut_off();
         }
         self.note(req.lease_id, req.refused_units, req.fail_open_units);
         self.inner.release(req)

@@ -3,18 +3,13 @@
 //! waiting cap; callers that do not wait; several dimensions; the library's wait. Leased
 //! keys: engine_shape_leased.rs.
 
-use leasehold_agent::engine::{
-    AdmitRequest, Decision, DenyReason, Dimension, Engine, EngineLimits, Outcome, RuleSource,
-};
+mod shape_support;
+
+use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome, RuleSource};
 use leasehold_agent::shaping::admit_and_wait;
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, Nanos, SystemClock};
-
-const MS: u64 = 1_000_000;
-
-fn policy(yaml: &str) -> Policy {
-    Policy::from_yaml(yaml).expect("test policy is valid")
-}
+use shape_support::{delay_ms, engine_with, policy, waiting, ACME, MS};
 
 /// 10 per second, burst 1, shaped up to 250 ms: one unit every 100 ms.
 fn shaped(id: &str) -> Policy {
@@ -29,30 +24,6 @@ fn plain(id: &str) -> Policy {
         "id: {id}\ndimensions: [{{name: tenant, required: true}}]\n\
          rate: {{units: 10, per: 1s}}\nburst: 5\nscope: process\n"
     ))
-}
-
-fn engine_with(policies: Vec<Policy>, shaped_waiting_max: usize) -> Engine {
-    Engine::builder()
-        .limits(EngineLimits {
-            shaped_waiting_max,
-            ..EngineLimits::default()
-        })
-        .build(RuleSource::from_policies(policies))
-        .unwrap()
-}
-
-const ACME: &[(&str, &str)] = &[("tenant", "acme")];
-
-fn waiting<'a>(dims: &'a [Dimension<'a>]) -> AdmitRequest<'a> {
-    AdmitRequest {
-        accept_delay: true,
-        ..AdmitRequest::new(dims)
-    }
-}
-
-/// `Some(delay in ms)` when admitted, `None` when refused.
-fn delay_ms(d: &Decision) -> Option<u64> {
-    d.allowed.then_some(d.delay_ns / MS)
 }
 
 #[test]

@@ -3,22 +3,17 @@
 //! schedule; the waiting cap; callers that do not wait; rollback of several dimensions;
 //! a new version; a lost lease.
 
+mod shape_support;
+
 use leasehold_agent::credit::{CreditSlot, SlotState};
-use leasehold_agent::engine::{
-    AdmitRequest, Decision, DenyReason, Dimension, Engine, EngineLimits, Outcome, RuleSource,
-};
+use leasehold_agent::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome, RuleSource};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Nanos;
+use shape_support::{delay_ms, engine_with, policy, waiting, ACME, MS};
 use std::sync::Arc;
 
-const MS: u64 = 1_000_000;
-const ACME: &[(&str, &str)] = &[("tenant", "acme")];
 /// Far beyond every test's clock.
 const DEADLINE_NS: u64 = 1_000_000 * MS;
-
-fn policy(yaml: &str) -> Policy {
-    Policy::from_yaml(yaml).expect("test policy is valid")
-}
 
 /// Leased (global scope), 10 per second, shaped up to `max_delay_ms`.
 fn leased(id: &str, burst: u64, max_delay_ms: u64, extra: &str) -> Policy {
@@ -27,16 +22,6 @@ fn leased(id: &str, burst: u64, max_delay_ms: u64, extra: &str) -> Policy {
          rate: {{units: 10, per: 1s}}\nburst: {burst}\nshape: {{max_delay: {max_delay_ms}ms}}\n\
          {extra}"
     ))
-}
-
-fn engine_with(policies: Vec<Policy>, shaped_waiting_max: usize) -> Engine {
-    Engine::builder()
-        .limits(EngineLimits {
-            shaped_waiting_max,
-            ..EngineLimits::default()
-        })
-        .build(RuleSource::from_policies(policies))
-        .unwrap()
 }
 
 /// Asks for the key's first lease at time 0 (refused: none is held yet) and returns its
@@ -49,18 +34,6 @@ fn lease(e: &Engine, id: &str, credit: u64) -> Arc<CreditSlot> {
     slot.deposit(credit, DEADLINE_NS);
     slot.set_state(SlotState::Active);
     slot
-}
-
-fn waiting<'a>(dims: &'a [Dimension<'a>]) -> AdmitRequest<'a> {
-    AdmitRequest {
-        accept_delay: true,
-        ..AdmitRequest::new(dims)
-    }
-}
-
-/// `Some(delay in ms)` when admitted, `None` when refused.
-fn delay_ms(d: &Decision) -> Option<u64> {
-    d.allowed.then_some(d.delay_ns / MS)
 }
 
 #[test]

@@ -1,10 +1,13 @@
-//! The chaos suite's short seed on the real binaries: a 3-node mutual-TLS cluster, five
-//! agents (state files on every other one, one in its own network namespace when running
-//! as root, one agent and one node under libfaketime when installed), traffic above the
-//! rate, and about ten seeded faults (leader and follower SIGKILL, leader SIGSTOP, quorum
-//! loss, agent SIGKILL and SIGSTOP, a partition, clock steps of an agent and of a node). No window of any key exceeds `B + r·T`, every
-//! node ends with the same ledger, the ledger accounts for every admitted unit, and the
-//! usage the replicated state booked through every failover matches the ledger.
+//! The chaos suite's short seed on the real binaries: a 3-node mutual-TLS root cluster, a
+//! 3-node region cluster leasing from it, five agents (two leasing from the region; state
+//! files on every other one, one in its own network namespace when running as root, one
+//! agent and one root node under libfaketime when installed), traffic above the rate, and
+//! about ten seeded faults (leader and follower SIGKILL, leader SIGSTOP, quorum loss, the
+//! region's leader and followers killed or stopped, agent SIGKILL and SIGSTOP, partitions,
+//! clock steps of an agent and of a node). No window of any key exceeds `B + r·T`, every
+//! node of each cluster ends with the same ledger, each ledger accounts for every unit
+//! admitted below it, and the usage each cluster's replicated state booked through every
+//! failover matches its ledger.
 
 mod chaos_support;
 
@@ -49,6 +52,19 @@ async fn the_short_seed_keeps_the_bound_and_the_ledgers_through_every_fault() {
         v.usage_matches,
         "usage {:?} against ledgers {:?}",
         v.usage, v.ledgers
+    );
+    let region = v.region.as_ref().expect("the run has a region");
+    assert!(region.admitted > 0, "{region:?}");
+    assert!(region.ledgers_identical, "{region:?}");
+    assert!(region.conserved, "{region:?}");
+    assert!(region.usage_matches, "{region:?}");
+    assert!(
+        report
+            .faults
+            .iter()
+            .any(|f| format!("{:?}", f.fault).starts_with("Region")),
+        "{:?}",
+        report.faults
     );
     assert!(v.passed);
 }

@@ -60,6 +60,12 @@ enum Cmd {
         /// Longest quiet time after a fault is healed, in milliseconds.
         #[arg(long, default_value_t = 3_000)]
         settle_max_ms: u64,
+        /// Nodes of the region cluster leasing from the root (0: no region).
+        #[arg(long, default_value_t = 3)]
+        region_nodes: u64,
+        /// How many agents (the first ones) lease from the region.
+        #[arg(long, default_value_t = 2)]
+        region_agents: usize,
     },
 }
 
@@ -104,6 +110,8 @@ async fn main() -> Result<()> {
             agents,
             fault_hold_max_ms,
             settle_max_ms,
+            region_nodes,
+            region_agents,
         } => {
             let cfg = ChaosConfig {
                 seed,
@@ -111,6 +119,8 @@ async fn main() -> Result<()> {
                 agents,
                 fault_hold_max_ms,
                 settle_max_ms,
+                region_nodes,
+                region_agents,
                 work_dir: args.work_dir,
                 ..ChaosConfig::default()
             };

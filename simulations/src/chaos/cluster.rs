@@ -1,8 +1,9 @@
-//! A 3-node root allocator cluster of real `leasehold-allocator` processes with mutual TLS
-//! from a development PKI: start, SIGKILL, SIGSTOP/SIGCONT and restart any node, find the
+//! An allocator cluster (the root, or a region leasing from it) of real
+//! `leasehold-allocator` processes with mutual TLS from a development PKI: start, SIGKILL, SIGSTOP/SIGCONT and restart any node, find the
 //! leader, and read each node's ledger figures from its `/metrics`.
 
 use super::error::ChaosError;
+use super::node_config::ClusterSpec;
 use super::procs::{free_port, Binaries, Proc, Signal};
 use crate::live::scrape::{fetch_metrics, parse_figures, ClusterFigures};
 use leasehold_proto::leasehold::v1 as pb;
@@ -18,8 +19,6 @@ pub const ADMIN_NAME: &str = "chaos";
 const ADMIN_CALL_TIMEOUT_MS: u64 = 1_000;
 /// How long a node may take to exit on SIGTERM before it is killed, in milliseconds.
 const NODE_STOP_WAIT_MS: u64 = 10_000;
-/// The cluster's shared lease-signing key, in its directory.
-const SIGNING_KEY_FILE: &str = "global-lease-key.p8";
 /// How long the first node may take to make the signing key, in milliseconds.
 const KEY_WAIT_MS: u64 = 10_000;
 
@@ -82,68 +81,10 @@ impl Node {
 pub struct ProcCluster {
     pub dir: PathBuf,
     pub nodes: Vec<Node>,
+    /// The cluster's name, which prefixes its nodes' names.
+    pub name: String,
     bins: Binaries,
     admin: ChannelFactory,
-}
-
-/// Where the nodes listen and how their Raft is timed.
-#[derive(Clone, Debug)]
-pub struct ClusterSpec {
-    pub nodes: u64,
-    /// Address the gRPC listeners bind and advertise: `127.0.0.1`, or the host's end of a
-    /// namespace's veth pair when an agent in that namespace must reach them (and follow
-    /// the leader's advertised address).
-    pub listen_ip: String,
-    /// The config's `raft:` mapping; None keeps the product defaults, which is what a
-    /// failover measurement should see.
-    pub raft_yaml: Option<String>,
-    pub tick_ms: u64,
-    /// libfaketime's shared library, when one node's wall clock is faked, and that node.
-    pub faketime: Option<(PathBuf, u64)>,
-    /// The node that runs under a user id of its own, so that it can be cut off
-    /// ([`super::isolate`]), and that id. The cluster's directory is then handed to that
-    /// user (the other nodes, as root, still read and write it).
-    pub isolatable: Option<(u64, u32)>,
-}
-
-impl Default for ClusterSpec {
-    fn default() -> Self {
-        ClusterSpec {
-            nodes: 3,
-            listen_ip: "127.0.0.1".into(),
-            raft_yaml: None,
-            tick_ms: 100,
-            faketime: None,
-            isolatable: None,
-        }
-    }
-}
-
-fn node_yaml(dir: &Path, spec: &ClusterSpec, id: u64, ports: &[(u16, u16)]) -> String {
-    let (grpc, http) = ports[id as usize - 1];
-    let bootstrap: Vec<String> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (p, _))| format!("{{id: {}, addr: \"{}:{p}\"}}", i + 1, spec.listen_ip))
-        .collect();
-    let (c, d) = (dir.join("certs"), dir.join(format!("global-{id}")));
-    let raft = spec
-        .raft_yaml
-        .as_ref()
-        .map_or(String::new(), |r| format!("raft: {r}\n"));
-    format!(
-        "node_id: {id}\ncluster: global\ngrpc_addr: {ip}:{grpc}\nhttp_addr: 127.0.0.1:{http}\n\
-         advertise_addr: {ip}:{grpc}\ndata_dir: {d}\nsigning_key: {key}\n\
-         bootstrap: [{bootstrap}]\n\
-         tls: {{ca: {c}/ca.pem, cert: {c}/allocator-global-{id}.pem, key: {c}/allocator-global-{id}-key.pem}}\n\
-         {raft}tick_ms: {tick}\n",
-        ip = spec.listen_ip,
-        d = d.display(),
-        key = dir.join(SIGNING_KEY_FILE).display(),
-        bootstrap = bootstrap.join(", "),
-        c = c.display(),
-        tick = spec.tick_ms,
-    )
 }
 
 /// Client channels with `name`'s certificate; short timeouts so a stopped node costs a
@@ -180,13 +121,14 @@ impl ProcCluster {
             .collect::<Result<_, ChaosError>>()?;
         let mut nodes = Vec::new();
         for id in 1..=spec.nodes {
-            let config = dir.join(format!("global-{id}.yaml"));
-            std::fs::write(&config, node_yaml(dir, spec, id, &ports))
+            let name = spec.node_name(id);
+            let config = dir.join(format!("{name}.yaml"));
+            std::fs::write(&config, spec.node_yaml(dir, id, &ports))
                 .map_err(ChaosError::io(format!("writing {}", config.display())))?;
             let (grpc, http) = ports[id as usize - 1];
             let faketime = match &spec.faketime {
                 Some((lib, node)) if *node == id => {
-                    let file = dir.join(format!("global-{id}.faketime"));
+                    let file = dir.join(format!("{name}.faketime"));
                     std::fs::write(&file, "+0s\n").map_err(ChaosError::io("faketime file"))?;
                     Some((lib.clone(), file))
                 }
@@ -197,7 +139,7 @@ impl ProcCluster {
                 grpc_addr: format!("{}:{grpc}", spec.listen_ip),
                 http_addr: format!("127.0.0.1:{http}"),
                 config,
-                log: dir.join(format!("global-{id}.log")),
+                log: dir.join(format!("{name}.log")),
                 proc: None,
                 stopped: false,
                 faketime,
@@ -210,6 +152,7 @@ impl ProcCluster {
         let mut cluster = ProcCluster {
             dir: dir.to_path_buf(),
             nodes,
+            name: spec.name.clone(),
             bins: bins.clone(),
             admin: channels(pki, Role::Admin, ADMIN_NAME)?,
         };
@@ -219,7 +162,7 @@ impl ProcCluster {
                 // It starts first and makes the cluster's signing key, which it could not
                 // read if a node running as root had made it.
                 cluster.launch(first)?;
-                wait_for_file(&dir.join(SIGNING_KEY_FILE), KEY_WAIT_MS)?;
+                wait_for_file(&spec.signing_key_file(dir), KEY_WAIT_MS)?;
                 for id in (1..=spec.nodes).filter(|id| *id != first) {
                     cluster.launch(id)?;
                 }
@@ -231,6 +174,11 @@ impl ProcCluster {
             }
         }
         Ok(cluster)
+    }
+
+    /// Node `id`'s name, as its certificate and logs name it.
+    pub fn node_name(&self, id: u64) -> String {
+        format!("{}-{id}", self.name)
     }
 
     pub fn node(&self, id: u64) -> &Node {
@@ -249,6 +197,7 @@ impl ProcCluster {
     /// Starts node `id` (again) from its config and data directory.
     pub fn launch(&mut self, id: u64) -> Result<(), ChaosError> {
         let bin = self.bins.allocator.clone();
+        let name = self.node_name(id);
         let node = self.node_mut(id);
         let mut cmd = Command::new(bin);
         cmd.arg("-c").arg(&node.config);
@@ -264,7 +213,7 @@ impl ProcCluster {
                 .env("FAKETIME_NO_CACHE", "1")
                 .env("DONT_FAKE_MONOTONIC", "1");
         }
-        node.proc = Some(Proc::spawn(&format!("global-{id}"), cmd, &node.log)?);
+        node.proc = Some(Proc::spawn(&name, cmd, &node.log)?);
         node.stopped = false;
         Ok(())
     }
@@ -349,7 +298,7 @@ impl ProcCluster {
         let channel = self
             .admin
             .channel(&self.node(id).grpc_addr)
-            .map_err(|e| ChaosError::process(format!("global-{id}"), e))?;
+            .map_err(|e| ChaosError::process(self.node_name(id), e))?;
         Ok(AdminServiceClient::new(channel))
     }
 
@@ -418,7 +367,7 @@ impl ProcCluster {
                 .map(|l| format!("{l}\n  ...\n"))
                 .unwrap_or_default();
             let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
-            out.push_str(&format!("global-{}:\n{cause}{tail}\n", n.id));
+            out.push_str(&format!("{}:\n{cause}{tail}\n", self.node_name(n.id)));
         }
         out
     }
@@ -450,7 +399,7 @@ impl ProcCluster {
     pub async fn figures(&self, policy_id: &str) -> Vec<(u64, Result<ClusterFigures, String>)> {
         let mut out = Vec::new();
         for n in self.nodes.iter().filter(|n| self.is_up(n.id)) {
-            let name = format!("global-{}", n.id);
+            let name = self.node_name(n.id);
             let page = fetch_metrics(&name, &n.http_addr).await;
             out.push((
                 n.id,

@@ -3,8 +3,9 @@
 //! whether a holder whose lease covers that time ever stops admitting.
 
 use super::agents::{Agent, AgentSpec};
-use super::cluster::{ClusterSpec, ProcCluster, ADMIN_NAME};
+use super::cluster::{ProcCluster, ADMIN_NAME};
 use super::error::ChaosError;
+use super::node_config::ClusterSpec;
 use super::probe::{start_probe, PROBE_HOLDER, PROBE_POLICY_YAML};
 use super::procs::Binaries;
 use super::traffic::{longest_gap_ns, Counts, Generator};
@@ -140,7 +141,7 @@ pub async fn run_failover(
         samples.push(served_ms);
         cluster.launch(leader)?;
         if let Some((id, why)) = cluster.crashed() {
-            return Err(ChaosError::process(format!("global-{id}"), why));
+            return Err(ChaosError::process(cluster.node_name(id), why));
         }
     }
     probe.stop();

@@ -15,6 +15,10 @@ use serde::Serialize;
 pub struct World {
     pub bins: Binaries,
     pub cluster: ProcCluster,
+    /// The region cluster leasing from `cluster`, when the run has one.
+    pub region: Option<ProcCluster>,
+    /// How many agents (the first ones) lease from the region.
+    pub region_agents: usize,
     pub agents: Vec<Agent>,
     pub netns: Option<Netns>,
     /// Index of the agent in the namespace, and of the one under libfaketime.
@@ -68,15 +72,36 @@ pub enum Fault {
     NodePartition {
         node: u64,
     },
+    /// SIGKILL of the region's leader, restarted at heal.
+    RegionLeaderKill {
+        node: u64,
+    },
+    /// SIGSTOP of the region's leader, SIGCONT at heal.
+    RegionLeaderStop {
+        node: u64,
+    },
+    /// SIGKILL of a region follower, restarted at heal.
+    RegionFollowerKill {
+        node: u64,
+    },
 }
 
-/// Draws the next fault; `leader` is the node leading now.
-pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
+/// The region's cluster; a region fault is drawn only when there is one.
+fn region(world: &mut World) -> Result<&mut ProcCluster, ChaosError> {
+    world.region.as_mut().ok_or(ChaosError::InvalidConfig {
+        field: "region_nodes",
+        reason: "a region fault in a run without a region".into(),
+    })
+}
+
+/// Draws the next fault; `leader` is the root's node leading now, `region_leader` the
+/// region's.
+pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64, region_leader: Option<u64>) -> Fault {
     let nodes = world.cluster.nodes.len() as u64;
     let follower = (leader % nodes) + 1;
     let agent = rng.random_range(0..world.agents.len());
     loop {
-        match rng.random_range(0..10) {
+        match rng.random_range(0..13) {
             0 => return Fault::LeaderKill { node: leader },
             1 => return Fault::LeaderStop { node: leader },
             2 => return Fault::FollowerKill { node: follower },
@@ -104,9 +129,26 @@ pub fn draw(rng: &mut ChaCha8Rng, world: &World, leader: u64) -> Fault {
                     return Fault::NodeClockStep { node, step_s };
                 }
             }
-            _ => {
+            9 => {
                 if let Some((node, _)) = &world.isolatable {
                     return Fault::NodePartition { node: *node };
+                }
+            }
+            10 => {
+                if let Some(node) = region_leader {
+                    return Fault::RegionLeaderKill { node };
+                }
+            }
+            11 => {
+                if let Some(node) = region_leader {
+                    return Fault::RegionLeaderStop { node };
+                }
+            }
+            _ => {
+                let region_nodes = world.region.as_ref().map_or(0, |r| r.nodes.len() as u64);
+                if let (Some(node), true) = (region_leader, region_nodes > 1) {
+                    let node = (node % region_nodes) + 1;
+                    return Fault::RegionFollowerKill { node };
                 }
             }
         }
@@ -148,6 +190,10 @@ pub fn inject(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
                 cut.cut()?;
             }
         }
+        Fault::RegionLeaderKill { node } | Fault::RegionFollowerKill { node } => {
+            region(world)?.kill(node)
+        }
+        Fault::RegionLeaderStop { node } => region(world)?.pause(node)?,
     }
     Ok(())
 }
@@ -180,6 +226,10 @@ pub fn heal(world: &mut World, fault: &Fault) -> Result<(), ChaosError> {
                 cut.heal()?;
             }
         }
+        Fault::RegionLeaderKill { node } | Fault::RegionFollowerKill { node } => {
+            region(world)?.launch(node)?
+        }
+        Fault::RegionLeaderStop { node } => region(world)?.resume(node)?,
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod faults;
 pub mod http;
 pub mod isolate;
 pub mod netns;
+pub mod node_config;
 pub mod probe;
 pub mod procs;
 pub mod run;

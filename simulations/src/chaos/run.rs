@@ -3,11 +3,12 @@
 //! and at the end the checks of [`super::verdict`].
 
 use super::agents::{Agent, AgentSpec, NetnsPlace};
-use super::cluster::{ClusterSpec, ProcCluster, ADMIN_NAME};
+use super::cluster::{ProcCluster, ADMIN_NAME};
 use super::error::ChaosError;
 use super::faults::{draw, heal, inject, Fault, World};
 use super::isolate::{NodeIsolation, ISOLATED_UID};
 use super::netns::{self, Netns};
+use super::node_config::{ClusterSpec, REGION_CLUSTER, ROOT_CLUSTER};
 use super::procs::{Binaries, WorkDir};
 use super::traffic::Generator;
 use super::verdict::{verdict, Verdict};
@@ -41,6 +42,10 @@ pub struct ChaosConfig {
     pub burst: u64,
     /// Admits offered to each agent per second, spread over the tenants.
     pub offered_per_agent_per_sec: u64,
+    /// Nodes of the region cluster leasing from the root; 0 runs without a region.
+    pub region_nodes: u64,
+    /// How many agents (the first ones) lease from the region rather than the root.
+    pub region_agents: usize,
     /// How long a fault is held, in milliseconds (drawn up to this).
     pub fault_hold_max_ms: u64,
     /// Quiet time after a fault is healed, in milliseconds (drawn up to this).
@@ -60,6 +65,8 @@ impl Default for ChaosConfig {
             rate_per_sec: 100,
             burst: 200,
             offered_per_agent_per_sec: 60,
+            region_nodes: 3,
+            region_agents: 2,
             fault_hold_max_ms: 4_000,
             settle_max_ms: 3_000,
             faults_max: 10_000,
@@ -106,10 +113,31 @@ fn agent_names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("gw-{i}")).collect()
 }
 
-/// Starts the cluster and the agents: every other agent keeps a state file, the last runs
-/// in its own namespace when it can, the one before and the third allocator node under
-/// libfaketime when installed; the second node runs as a user of its own when iptables can
-/// cut it off.
+/// The names of every allocator node the PKI must certify.
+fn allocator_names(cfg: &ChaosConfig) -> Vec<String> {
+    let root = ClusterSpec::default();
+    let region = region_spec(cfg, Vec::new(), String::new());
+    let mut names: Vec<String> = (1..=root.nodes).map(|id| root.node_name(id)).collect();
+    names.extend((1..=region.nodes).map(|id| region.node_name(id)));
+    names
+}
+
+/// The region cluster leasing from `upstream`, listening where the root does.
+fn region_spec(cfg: &ChaosConfig, upstream: Vec<String>, listen_ip: String) -> ClusterSpec {
+    ClusterSpec {
+        name: REGION_CLUSTER.into(),
+        nodes: cfg.region_nodes,
+        upstream,
+        listen_ip,
+        ..ClusterSpec::default()
+    }
+}
+
+/// Starts the root cluster, the region (when configured) and the agents: the first
+/// `region_agents` lease from the region, the rest from the root; every other agent keeps a
+/// state file, the last runs in its own namespace when it can, the one before and the third
+/// root node under libfaketime when installed; the second root node runs as a user of its
+/// own when iptables can cut it off.
 async fn start_world(
     dir: &std::path::Path,
     bins: &Binaries,
@@ -135,11 +163,9 @@ async fn start_world(
     }
     let names = agent_names(cfg.agents);
     let names_ref: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut pki_spec = PkiSpec::local(
-        &["global-1", "global-2", "global-3"],
-        &names_ref,
-        &[ADMIN_NAME],
-    );
+    let allocators = allocator_names(cfg);
+    let allocators_ref: Vec<&str> = allocators.iter().map(String::as_str).collect();
+    let mut pki_spec = PkiSpec::local(&allocators_ref, &names_ref, &[ADMIN_NAME]);
     if let Some(ns) = &netns {
         pki_spec.hosts.push(ns.host_ip.clone());
     }
@@ -147,10 +173,12 @@ async fn start_world(
         .map_err(|e| ChaosError::Pki(e.to_string()))?;
     pki.write_to(&dir.join("certs"), true)
         .map_err(|e| ChaosError::Pki(e.to_string()))?;
+    let listen_ip = netns
+        .as_ref()
+        .map_or("127.0.0.1".into(), |ns| ns.host_ip.clone());
     let spec = ClusterSpec {
-        listen_ip: netns
-            .as_ref()
-            .map_or("127.0.0.1".into(), |ns| ns.host_ip.clone()),
+        name: ROOT_CLUSTER.into(),
+        listen_ip: listen_ip.clone(),
         // The third node's wall clock is faked, whichever role it has when stepped.
         faketime: faketime.then(|| (FAKETIME_LIB.into(), FAKETIME_NODE)),
         // The second runs as a user of its own, so that iptables can cut it off.
@@ -164,6 +192,14 @@ async fn start_world(
     cluster
         .apply_policy(&cfg.policy_yaml(), HEAL_WAIT_MS)
         .await?;
+    let region = if cfg.region_nodes > 0 {
+        let spec = region_spec(cfg, cluster.addrs(), listen_ip);
+        let region = ProcCluster::start(dir, bins, &pki, &spec)?;
+        region.wait_healthy(HEAL_WAIT_MS).await?;
+        Some(region)
+    } else {
+        None
+    };
     let last = cfg.agents - 1;
     let netns_agent = netns.as_ref().map(|_| last);
     let faketime_agent = (faketime && cfg.agents >= 2).then_some(last - 1);
@@ -182,7 +218,11 @@ async fn start_world(
             netns: place,
             faketime_lib: (faketime_agent == Some(i)).then(|| FAKETIME_LIB.into()),
         };
-        let mut agent = Agent::new(dir, spec, &cluster.addrs())?;
+        let upstream = match &region {
+            Some(region) if i < cfg.region_agents => region,
+            _ => &cluster,
+        };
+        let mut agent = Agent::new(dir, spec, &upstream.addrs())?;
         agent.launch(bins)?;
         agents.push(agent);
     }
@@ -193,6 +233,12 @@ async fn start_world(
     Ok(World {
         bins: bins.clone(),
         cluster,
+        region,
+        region_agents: if cfg.region_nodes > 0 {
+            cfg.region_agents.min(cfg.agents)
+        } else {
+            0
+        },
         agents,
         netns,
         netns_agent,
@@ -207,6 +253,15 @@ pub async fn run_chaos(
     cfg: &ChaosConfig,
     mut on_fault: impl FnMut(&FaultRecord),
 ) -> Result<ChaosReport, ChaosError> {
+    if cfg.region_nodes > 0 && cfg.region_agents > cfg.agents {
+        return Err(ChaosError::InvalidConfig {
+            field: "region_agents",
+            reason: format!(
+                "{} region agents of {} agents",
+                cfg.region_agents, cfg.agents
+            ),
+        });
+    }
     if cfg.agents < 2 || cfg.tenants == 0 || cfg.rate_per_sec == 0 {
         return Err(ChaosError::InvalidConfig {
             field: "agents/tenants/rate_per_sec",
@@ -232,14 +287,20 @@ pub async fn run_chaos(
     tokio::time::sleep(Duration::from_millis(first_pause)).await;
     while started.elapsed() < end && faults.len() < cfg.faults_max {
         let leader = world.cluster.wait_healthy(HEAL_WAIT_MS).await?;
-        let fault = draw(&mut rng, &world, leader);
+        let region_leader = match &world.region {
+            Some(region) => Some(region.wait_healthy(HEAL_WAIT_MS).await?),
+            None => None,
+        };
+        let fault = draw(&mut rng, &world, leader, region_leader);
         let hold_ms = rng.random_range(500..=cfg.fault_hold_max_ms.max(500));
         let at_ns = traffic.elapsed_ns();
         inject(&mut world, &fault)?;
         tokio::time::sleep(Duration::from_millis(hold_ms)).await;
         heal(&mut world, &fault)?;
-        if let Some((id, why)) = world.cluster.crashed() {
-            return Err(ChaosError::process(format!("global-{id}"), why));
+        for cluster in std::iter::once(&mut world.cluster).chain(world.region.as_mut()) {
+            if let Some((id, why)) = cluster.crashed() {
+                return Err(ChaosError::process(cluster.node_name(id), why));
+            }
         }
         let settle = rng.random_range(500..=cfg.settle_max_ms.max(500));
         tokio::time::sleep(Duration::from_millis(settle)).await;

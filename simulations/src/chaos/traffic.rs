@@ -23,8 +23,12 @@ pub struct Counts {
 #[derive(Debug)]
 pub struct Records {
     pub started: Instant,
-    /// Per tenant: nanoseconds since `started` of every admission, in the order seen.
+    /// Per tenant: nanoseconds since `started` of every admission's answer, in the order
+    /// seen.
     pub admitted_ns: Vec<Vec<u64>>,
+    /// Per tenant, in the same order: when each admitted request was sent. The agent
+    /// decided somewhere between the two.
+    pub admitted_sent_ns: Vec<Vec<u64>>,
     /// Per agent: nanoseconds since `started` of every admission.
     pub agent_admitted_ns: Vec<Vec<u64>>,
     /// Per agent: nanoseconds since `started` of every denial.
@@ -66,6 +70,7 @@ impl Generator {
         let records = Arc::new(Mutex::new(Records {
             started: Instant::now(),
             admitted_ns: vec![Vec::new(); tenants],
+            admitted_sent_ns: vec![Vec::new(); tenants],
             agent_admitted_ns: vec![Vec::new(); agents.len()],
             agent_denied_ns: vec![Vec::new(); agents.len()],
             counts: Counts::default(),
@@ -84,8 +89,9 @@ impl Generator {
                     let mut next = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
                         let tenant = rng.random_range(0..tenants);
+                        let sent = Instant::now();
                         let answer = client.admit(&policy, &tenant_name(tenant));
-                        record(&records, a, tenant, answer);
+                        record(&records, a, tenant, sent, answer);
                         next += pause;
                         let now = Instant::now();
                         match next.checked_duration_since(now) {
@@ -135,16 +141,18 @@ impl Generator {
     }
 }
 
-fn record(records: &Mutex<Records>, agent: usize, tenant: usize, answer: Answer) {
+fn record(records: &Mutex<Records>, agent: usize, tenant: usize, sent: Instant, answer: Answer) {
     let mut r = records.lock().unwrap_or_else(|e| e.into_inner());
-    // The answer's arrival stands for the admission: the agent decided at most one round
-    // trip earlier.
+    // The answer's arrival stands for the admission in stalls and per-agent counts; the
+    // bound is checked over both instants (windows.rs).
     let at = r.started.elapsed().as_nanos() as u64;
+    let sent_ns = sent.saturating_duration_since(r.started).as_nanos() as u64;
     r.counts.offered += 1;
     match answer {
         Answer::Admitted => {
             r.counts.admitted += 1;
             r.admitted_ns[tenant].push(at);
+            r.admitted_sent_ns[tenant].push(sent_ns);
             r.agent_admitted_ns[agent].push(at);
         }
         Answer::Denied => {

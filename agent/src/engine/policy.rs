@@ -185,7 +185,7 @@ impl CompiledPolicy {
 
     /// State of the overflow key (kept outside the key table), following `stale`.
     pub(crate) fn new_overflow(&self, stale: Option<&Entry>, now: Nanos) -> Entry {
-        let key: Box<str> = self.schema.overflow_key().into();
+        let key = self.schema.overflow_key().into();
         let state = self.new_state(stale, now);
         Entry::new(key, 0, self.generation, state, now)
     }

@@ -25,7 +25,8 @@ impl Engine {
             .collect();
         let mut out = Vec::new();
         self.table.for_each(|entry| {
-            let (EntryState::Local(limiter), Some(id)) = (&entry.state, ids.get(&entry.generation))
+            let (EntryState::Local(limiter), Some(id)) =
+                (&entry.state, ids.get(&entry.generation()))
             else {
                 return;
             };

@@ -87,7 +87,10 @@ mod tests {
 
     #[tokio::test]
     async fn health_readiness_and_metrics() {
-        let metrics = Arc::new(AllocatorMetrics::new(Arc::new(BTreeMap::new)));
+        let metrics = Arc::new(AllocatorMetrics::new(
+            Arc::new(BTreeMap::new),
+            crate::rpc_timer::RpcTimer::default(),
+        ));
         let ready_flag = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&ready_flag);
         let ready: ReadinessCheck = Arc::new(move || {

@@ -6,6 +6,7 @@ pub mod http;
 pub mod metrics;
 pub mod raft;
 pub mod replica;
+pub mod rpc_timer;
 pub mod server;
 pub mod service;
 pub mod state;

@@ -5,13 +5,12 @@
 //! cost nothing between scrapes. Labels are policy ids, never keys or holders, so the number
 //! of series stays bounded by the number of policies (P4).
 
+use crate::rpc_timer::RpcTimer;
 use leasehold_common::ledger::Ledger;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -185,12 +184,12 @@ pub struct AllocatorMetrics {
     pub raft_snapshot_index: Gauge,
     /// 1 while `/readyz` would answer 200, set at each scrape, so alerts need no HTTP probe.
     pub ready: Gauge,
-    /// gRPC handling time per method, in seconds.
-    pub rpc_seconds: Family<Vec<(String, String)>, Histogram>,
+    /// gRPC handling time per method, in seconds, of the lease and admin services.
+    pub rpc: RpcTimer,
 }
 
 impl AllocatorMetrics {
-    pub fn new(source: FiguresSource) -> Self {
+    pub fn new(source: FiguresSource, rpc: RpcTimer) -> Self {
         let mut registry = Registry::default();
         let is_leader = Gauge::default();
         let raft_term = Gauge::default();
@@ -198,9 +197,6 @@ impl AllocatorMetrics {
         let raft_applied_index = Gauge::default();
         let raft_snapshot_index = Gauge::default();
         let ready = Gauge::default();
-        let rpc_seconds = Family::<Vec<(String, String)>, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
-        });
         registry.register(
             "leasehold_raft_is_leader",
             "1 while this node leads its cluster",
@@ -233,8 +229,8 @@ impl AllocatorMetrics {
         );
         registry.register(
             "leasehold_rpc_duration_seconds",
-            "gRPC handling time by method",
-            rpc_seconds.clone(),
+            "gRPC handling time of lease and admin calls by method",
+            rpc.family(),
         );
         registry.register_collector(Box::new(LedgerCollector { source }));
         AllocatorMetrics {
@@ -245,15 +241,8 @@ impl AllocatorMetrics {
             raft_applied_index,
             raft_snapshot_index,
             ready,
-            rpc_seconds,
+            rpc,
         }
-    }
-
-    /// Records one RPC's duration.
-    pub fn observe_rpc(&self, method: &str, seconds: f64) {
-        self.rpc_seconds
-            .get_or_create(&vec![("method".to_string(), method.to_string())])
-            .observe(seconds);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -303,9 +292,9 @@ mod tests {
             let shared = Arc::clone(&shared);
             Arc::new(move || ledger_figures(&shared.lock().unwrap()))
         };
-        let metrics = AllocatorMetrics::new(source);
+        let metrics = AllocatorMetrics::new(source, RpcTimer::default());
         metrics.is_leader.set(1);
-        metrics.observe_rpc("Acquire", 0.001);
+        metrics.rpc.observe("Acquire", 0.001);
         let text = metrics.render();
         assert!(
             text.contains("leasehold_credit_granted_total{policy=\"api\"} 30"),

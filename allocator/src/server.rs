@@ -6,6 +6,7 @@ use crate::http::{router as http_router, serve as serve_http, ReadinessCheck};
 use crate::metrics::{ledger_figures, AllocatorMetrics};
 use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
 use crate::replica::LateReplica;
+use crate::rpc_timer::RpcTimer;
 use crate::service::cluster_raft::RaftCluster;
 use crate::service::ticker::run_ticker;
 use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
@@ -159,16 +160,20 @@ pub async fn run(
         });
     }
     let admin = AdminServer::new(late.clone(), auth.clone(), cluster);
+    let rpc = RpcTimer::default();
+    let timer = rpc.clone();
     let hooks = NodeHooks {
         transport,
         services: Some(Box::new(move |router| {
             router
-                .add_service(LeaseServiceServer::new(lease))
+                .add_service(timer.wrap(LeaseServiceServer::new(lease)))
                 .add_service(
                     // A backup travels whole in one message, both ways.
-                    AdminServiceServer::new(admin)
-                        .max_decoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX)
-                        .max_encoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX),
+                    timer.wrap(
+                        AdminServiceServer::new(admin)
+                            .max_decoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX)
+                            .max_encoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX),
+                    ),
                 )
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
@@ -201,10 +206,13 @@ pub async fn run(
     late.set(node.clone());
     bootstrap(&cfg, &node).await;
 
-    let metrics = Arc::new(AllocatorMetrics::new({
-        let node = node.clone();
-        Arc::new(move || node.read_local(|s| ledger_figures(s.ledger())))
-    }));
+    let metrics = Arc::new(AllocatorMetrics::new(
+        {
+            let node = node.clone();
+            Arc::new(move || node.read_local(|s| ledger_figures(s.ledger())))
+        },
+        rpc,
+    ));
     let ready: ReadinessCheck = {
         let node = node.clone();
         Arc::new(move || match node.metrics().leader_id {

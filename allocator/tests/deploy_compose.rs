@@ -25,6 +25,9 @@ const REQUEST_EVERY_MS: u64 = 80;
 const FAULT_MS: u64 = 8_000;
 /// Admission must resume within this after a fault or its repair.
 const RESUME_WITHIN_MS: u64 = 20_000;
+/// Prometheus' targets: three global and three region allocators, and each gateway's agent
+/// and Envoy.
+const SCRAPE_TARGETS: usize = 3 + 3 + 2 * 2;
 
 #[test]
 fn compose_hierarchy_limits_through_envoy_across_faults() {
@@ -199,7 +202,7 @@ fn prometheus_scrapes_everything(compose: &Compose) {
                 )
             })
             .collect();
-        if targets.len() == 8 && down.is_empty() {
+        if targets.len() == SCRAPE_TARGETS && down.is_empty() {
             Ok(())
         } else {
             Err(format!("{} targets, not up: {down:?}", targets.len()))

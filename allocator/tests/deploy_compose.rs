@@ -1,14 +1,15 @@
 //! The compose example (`deploy/compose`) on this machine's Docker: images built from this
 //! build's binaries, the hierarchy brought up, requests through both Envoy gateways limited
-//! with the RateLimit headers, then the Raft leader killed, one gateway's agent cut off the
-//! allocators and a follower paused, each undone again. Admissions per tenant stay within the
-//! policy's fixed-window bound throughout and resume after every fault. Skips, saying why,
-//! where Docker, Compose or Envoy is missing.
+//! with the RateLimit headers, then the root's Raft leader killed, one gateway's agent cut off
+//! the allocators, a root follower paused, the region's leader killed and a region follower
+//! paused, each undone again. Admissions per tenant stay within the policy's fixed-window
+//! bound throughout and resume after every fault. Skips, saying why, where Docker, Compose or
+//! Envoy is missing.
 
 mod compose_support;
 mod process_support;
 
-use compose_support::traffic::{get, window_violations, Sample, Traffic};
+use compose_support::traffic::{get, longest_gap, window_violations, Sample, Traffic};
 use compose_support::{base_image, build_images, docker, tools, Compose};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -25,6 +26,12 @@ const REQUEST_EVERY_MS: u64 = 80;
 const FAULT_MS: u64 = 8_000;
 /// Admission must resume within this after a fault or its repair.
 const RESUME_WITHIN_MS: u64 = 20_000;
+/// How long the traffic is watched without a fault, before the first.
+const QUIET_MS: u64 = 10_000;
+const GLOBAL: [&str; 3] = ["global-1", "global-2", "global-3"];
+const REGION: [&str; 3] = ["region-1", "region-2", "region-3"];
+/// Prometheus' targets: every allocator, and each gateway's agent and Envoy.
+const SCRAPE_TARGETS: usize = GLOBAL.len() + REGION.len() + 2 * 2;
 
 #[test]
 fn compose_hierarchy_limits_through_envoy_across_faults() {
@@ -83,15 +90,24 @@ fn compose_hierarchy_limits_through_envoy_across_faults() {
 
     let traffic = Traffic::start(&gateways, &TENANTS, Duration::from_millis(REQUEST_EVERY_MS));
     std::thread::sleep(Duration::from_secs(3));
+    let mut resumed = vec![quiet_gap(&traffic)];
 
     // The global leader dies; the region keeps leasing from the new one.
-    let leader = global_leader(&compose);
+    let leader = leader_of(&compose, &GLOBAL);
     docker(&["kill", &compose.container(&leader)]);
-    eprintln!("killed the leader {leader}");
-    resumes(&traffic, &[0, 1], "after the leader was killed");
+    eprintln!("killed the global leader {leader}");
+    resumed.push(resumes(
+        &traffic,
+        &[0, 1],
+        "after the global leader was killed",
+    ));
     std::thread::sleep(Duration::from_millis(FAULT_MS));
     docker(&["start", &compose.container(&leader)]);
-    resumes(&traffic, &[0, 1], "after the old leader restarted");
+    resumed.push(resumes(
+        &traffic,
+        &[0, 1],
+        "after the old global leader restarted",
+    ));
 
     // gw-1's agent loses the allocators: it spends what it holds, then refuses
     // (`cached_lease`); gw-2 goes on. Reconnected, gw-1 admits again.
@@ -99,27 +115,43 @@ fn compose_hierarchy_limits_through_envoy_across_faults() {
     let gw1 = compose.container("gw-1");
     docker(&["network", "disconnect", &control, &gw1]);
     eprintln!("disconnected gw-1 from the allocators");
-    resumes(&traffic, &[1], "on gw-2 while gw-1 is cut off");
+    resumed.push(resumes(&traffic, &[1], "on gw-2 while gw-1 is cut off"));
     std::thread::sleep(Duration::from_millis(FAULT_MS));
     docker(&["network", "connect", "--alias", "gw-1", &control, &gw1]);
-    resumes(&traffic, &[0, 1], "after gw-1 was reconnected");
+    resumed.push(resumes(&traffic, &[0, 1], "after gw-1 was reconnected"));
 
     // A follower stops answering without closing its connections.
-    let leader = global_leader(&compose);
-    let follower = ["global-1", "global-2", "global-3"]
-        .into_iter()
-        .find(|n| *n != leader)
-        .unwrap();
-    docker(&["pause", &compose.container(follower)]);
-    eprintln!("paused the follower {follower}");
-    resumes(&traffic, &[0, 1], "while a follower is paused");
+    resumed.extend(pause_follower(&compose, &traffic, &GLOBAL, "global"));
+
+    // The region's leader dies: another region node leads, continuing the region's upstream
+    // leases and the agents' leases from the replicated state, and the agents follow it.
+    let leader = leader_of(&compose, &REGION);
+    docker(&["kill", &compose.container(&leader)]);
+    eprintln!("killed the region leader {leader}");
+    resumed.push(resumes(
+        &traffic,
+        &[0, 1],
+        "after the region leader was killed",
+    ));
     std::thread::sleep(Duration::from_millis(FAULT_MS));
-    docker(&["unpause", &compose.container(follower)]);
-    resumes(&traffic, &[0, 1], "after the follower was unpaused");
+    docker(&["start", &compose.container(&leader)]);
+    resumed.push(resumes(
+        &traffic,
+        &[0, 1],
+        "after the old region leader restarted",
+    ));
+
+    resumed.extend(pause_follower(&compose, &traffic, &REGION, "region"));
 
     std::thread::sleep(Duration::from_secs(3));
     let samples = traffic.stop();
     report(&samples);
+    eprintln!(
+        "admission resumed after (slowest gateway and tenant / slowest tenant at any gateway):"
+    );
+    for r in &resumed {
+        eprintln!("  {}: {:?} / {:?}", r.when, r.slowest, r.any_gateway);
+    }
     for tenant in TENANTS {
         let violations = window_violations(
             &samples,
@@ -199,7 +231,7 @@ fn prometheus_scrapes_everything(compose: &Compose) {
                 )
             })
             .collect();
-        if targets.len() == 8 && down.is_empty() {
+        if targets.len() == SCRAPE_TARGETS && down.is_empty() {
             Ok(())
         } else {
             Err(format!("{} targets, not up: {down:?}", targets.len()))
@@ -207,10 +239,10 @@ fn prometheus_scrapes_everything(compose: &Compose) {
     });
 }
 
-/// The global node whose metrics say it leads.
-fn global_leader(compose: &Compose) -> String {
+/// The node of `cluster` whose metrics say it leads.
+fn leader_of(compose: &Compose, cluster: &[&str]) -> String {
     process_support::wait_until(Duration::from_secs(20), Duration::from_millis(500), || {
-        for node in ["global-1", "global-2", "global-3"] {
+        for node in cluster {
             let metrics = compose
                 .http_inside(node, 7480, "/metrics")
                 .unwrap_or_default();
@@ -218,13 +250,50 @@ fn global_leader(compose: &Compose) -> String {
                 return Ok(node.to_string());
             }
         }
-        Err("no global node reports leading".to_string())
+        Err(format!("no node of {cluster:?} reports leading"))
     })
 }
 
+/// `docker pause`s a follower of `cluster` for the fault's length, so that it stops answering
+/// without closing its connections, then unpauses it; how long admission took to resume
+/// after each.
+fn pause_follower(
+    compose: &Compose,
+    traffic: &Traffic,
+    cluster: &[&str],
+    level: &str,
+) -> [Resumed; 2] {
+    let leader = leader_of(compose, cluster);
+    let follower = cluster.iter().find(|n| **n != leader).unwrap();
+    docker(&["pause", &compose.container(follower)]);
+    eprintln!("paused the {level} follower {follower}");
+    let paused = resumes(
+        traffic,
+        &[0, 1],
+        &format!("while a {level} follower is paused"),
+    );
+    std::thread::sleep(Duration::from_millis(FAULT_MS));
+    docker(&["unpause", &compose.container(follower)]);
+    let unpaused = resumes(
+        traffic,
+        &[0, 1],
+        &format!("after the {level} follower was unpaused"),
+    );
+    [paused, unpaused]
+}
+
+/// How long admission took to come back after a fault or a repair: for the slowest gateway
+/// and tenant, and for the slowest tenant at whichever gateway admitted it first.
+struct Resumed {
+    when: String,
+    slowest: Duration,
+    any_gateway: Duration,
+}
+
 /// Each of `gateways` admits a request of every tenant sent from now on.
-fn resumes(traffic: &Traffic, gateways: &[usize], when: &str) {
+fn resumes(traffic: &Traffic, gateways: &[usize], when: &str) -> Resumed {
     let from = Instant::now();
+    let mut slowest = Duration::ZERO;
     for &gw in gateways {
         for tenant in TENANTS {
             let took = traffic
@@ -234,7 +303,46 @@ fn resumes(traffic: &Traffic, gateways: &[usize], when: &str) {
                 "  {when}: gateway {} admitted {tenant} after {took:?}",
                 gw + 1
             );
+            slowest = slowest.max(took);
         }
+    }
+    let any_gateway = TENANTS
+        .iter()
+        .filter_map(|t| traffic.first_admitted(gateways, t, from))
+        .max()
+        .unwrap_or_default();
+    Resumed {
+        when: when.to_string(),
+        slowest,
+        any_gateway,
+    }
+}
+
+/// Without a fault a tenant still goes a while without an admission at a gateway (the other
+/// gateway may hold the window's credit, or a lease is on its way), so a resume time shorter
+/// than this gap says little about the fault. Watches the traffic for `QUIET_MS` and returns
+/// the longest gaps, per gateway and over both.
+fn quiet_gap(traffic: &Traffic) -> Resumed {
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_millis(QUIET_MS));
+    let samples = traffic.snapshot();
+    let to = Instant::now();
+    let (mut slowest, mut any_gateway) = (Duration::ZERO, Duration::ZERO);
+    for tenant in TENANTS {
+        for gw in 0..2 {
+            let gap = longest_gap(&samples, Some(gw), tenant, from, to);
+            eprintln!(
+                "  no fault: gateway {} went {gap:?} without admitting {tenant}",
+                gw + 1
+            );
+            slowest = slowest.max(gap);
+        }
+        any_gateway = any_gateway.max(longest_gap(&samples, None, tenant, from, to));
+    }
+    Resumed {
+        when: format!("longest gap without a fault (over {QUIET_MS} ms)"),
+        slowest,
+        any_gateway,
     }
 }
 

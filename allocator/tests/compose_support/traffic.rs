@@ -91,6 +91,22 @@ impl Traffic {
         self.samples.lock().unwrap().clone()
     }
 
+    /// How long after `after` the first request of `tenant` sent after it was admitted by
+    /// any of `gateways`, if one was.
+    pub fn first_admitted(
+        &self,
+        gateways: &[usize],
+        tenant: &str,
+        after: Instant,
+    ) -> Option<Duration> {
+        self.snapshot()
+            .into_iter()
+            .filter(|s| gateways.contains(&s.gateway) && s.tenant == tenant)
+            .filter(|s| s.sent > after && s.status == 200)
+            .map(|s| s.received - after)
+            .min()
+    }
+
     /// Waits until `gateway` admitted a request of `tenant` sent after `after`.
     pub fn wait_admitted(
         &self,
@@ -162,4 +178,32 @@ pub fn window_violations(
         }
     }
     out
+}
+
+/// The longest time `gateway` (any gateway if `None`) went without admitting `tenant` within
+/// `from..to`, counting the stretches from `from` to the first admission and from the last
+/// one to `to`.
+pub fn longest_gap(
+    samples: &[Sample],
+    gateway: Option<usize>,
+    tenant: &str,
+    from: Instant,
+    to: Instant,
+) -> Duration {
+    let mut times: Vec<Instant> = samples
+        .iter()
+        .filter(|s| gateway.is_none_or(|g| g == s.gateway))
+        .filter(|s| s.tenant == tenant && s.status == 200)
+        .map(|s| s.received)
+        .filter(|t| (from..to).contains(t))
+        .collect();
+    times.sort();
+    let mut edges = vec![from];
+    edges.extend(times);
+    edges.push(to);
+    edges
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
 }

@@ -4,13 +4,15 @@
 //! units/s ÷ average lease size).
 //!
 //! `cargo bench -p leasehold-allocator --bench grants_e2e -- [--seconds S] [--holders H]
-//! [--keys K] [--lease-units Q] [--renewals N] [--region-nodes R]`
+//! [--keys K] [--lease-units Q] [--renewals N] [--demand-per-sec D] [--region-nodes R]`
 //!
 //! Three root nodes run as processes, every log append fsynced, with certificates from a
 //! fresh development PKI. `--holders` holders (each its own certificate and connection,
 //! following the leader as agents do) share `--keys` keys out between them and cycle through
 //! their keys: acquire `--lease-units` of credit, spend it all and renew for as much again
-//! `--renewals` times, then release. With `--region-nodes` above 0 a region cluster of that
+//! `--renewals` times, then release, telling the grantor a demand of `--demand-per-sec` units
+//! a second on the key (default: one such cycle a second), as agents report what they
+//! measure; a region sizes what it asks its upstream for from that. With `--region-nodes` above 0 a region cluster of that
 //! many nodes leases from the root and the holders lease from the region, so the root serves
 //! the region alone.
 //!
@@ -62,7 +64,7 @@ async fn holder(
     name: String,
     grantor: RemoteGrantor,
     keys: Vec<String>,
-    (units, renewals): (u64, u64),
+    (units, renewals, demand_milli): (u64, u64, u64),
     tally: Arc<Tally>,
     stop: Arc<AtomicBool>,
 ) -> Vec<Duration> {
@@ -87,6 +89,7 @@ async fn holder(
             policy_id: "api".into(),
             key: key.clone(),
             want_credit: units,
+            demand_milli_units_per_sec: demand_milli,
             request_id: next_id(),
             ..Default::default()
         };
@@ -107,6 +110,7 @@ async fn holder(
                 lease_id: lease.lease_id,
                 used: lease.credit,
                 want_credit: units,
+                demand_milli_units_per_sec: demand_milli,
                 request_id: next_id(),
                 ..Default::default()
             };
@@ -162,6 +166,7 @@ async fn main() {
     let keys = arg("--keys", 4_000).max(holders);
     let units = arg("--lease-units", 10).max(1);
     let renewals = arg("--renewals", 10);
+    let demand = arg("--demand-per-sec", units * (renewals + 1));
     let region_nodes = arg("--region-nodes", 0);
 
     let dir = tempfile::tempdir().unwrap();
@@ -211,7 +216,7 @@ async fn main() {
                     name.clone(),
                     grantor,
                     mine,
-                    (units, renewals),
+                    (units, renewals, demand.saturating_mul(1_000)),
                     Arc::clone(&tally),
                     Arc::clone(&stop),
                 ))

@@ -72,13 +72,16 @@ impl LeaseManager {
         let Some(h) = self.held.get(k) else {
             return Todo::Nothing;
         };
-        if now >= h.deadline && h.pinned {
-            // A lease that ends with its window: its spending is over and its usage exact,
-            // so it is released rather than left for the grantor to write off.
+        let heard_lately = now.saturating_since(h.last_report) <= h.ttl_ns;
+        if now >= h.deadline && (h.pinned || heard_lately) {
+            // Spending under it is over and its usage exact. A lease that ends with its
+            // window, or whose grantor answered within one ttl (a lease granted too near a
+            // window's end to renew), is released rather than left for the grantor to
+            // write off as stranded.
             return Todo::Release { evicted: false };
         }
         if now >= h.deadline {
-            // Expired before a renewal got through: stop; the grantor writes it off.
+            // Expired, its grantor silent: stop; the grantor writes it off.
             let h = self.held.remove(k).expect("present");
             h.slot.close();
             h.slot.set_state(SlotState::Idle);

@@ -20,6 +20,9 @@ pub struct PlanSettings {
     pub keep_wants_max: u64,
     /// Keys looked at per round; the rest wait for the next round.
     pub keys_per_round_max: usize,
+    /// How long past an upstream lease's deadline its sub-leases may take to settle before
+    /// the lease is left for the grantor to write off.
+    pub ended_settle_ms: u64,
 }
 
 impl Default for PlanSettings {
@@ -29,6 +32,7 @@ impl Default for PlanSettings {
             idle_release_ms: 30_000,
             keep_wants_max: 2,
             keys_per_round_max: 4_096,
+            ended_settle_ms: 250,
         }
     }
 }
@@ -61,7 +65,8 @@ pub enum Step {
     /// Report usage (renewing the lease), first giving back `give_back` idle units, and
     /// ask for `want_more`.
     Report { give_back: u64, want_more: u64 },
-    /// The upstream lease reached its deadline: stop sub-leasing it.
+    /// The upstream lease reached its deadline and its sub-leases did not settle in time:
+    /// stop sub-leasing it and leave it for the grantor to write off.
     Expired,
     /// Nobody uses the key any more: give everything back and release the lease.
     Release,
@@ -116,6 +121,19 @@ fn view(ledger: &Ledger, key: &str, acct: &Account, now: Nanos) -> Option<KeyVie
     Some(v)
 }
 
+/// A lease past its deadline (a window's end, or renewals that did not get through). Once
+/// every sub-lease under it is settled its usage is exact, and releasing it tells the
+/// grantor what was spent; otherwise the grantor would count all it did not hear of as
+/// stranded, as it must for a holder that vanished.
+fn ended(p: &UpstreamPosition, now: Nanos, s: &PlanSettings) -> Step {
+    let settling = now.saturating_since(p.deadline) < s.ended_settle_ms.saturating_mul(NS_PER_MS);
+    match p.final_used() {
+        Some(_) if settling => Step::Release,
+        None if settling => Step::Wait,
+        _ => Step::Expired,
+    }
+}
+
 /// Decides the next step for `v` at `now`; `last_report` is when this driver last reported
 /// on the key (None after a leader change: report soon).
 pub fn plan(v: &KeyView, now: Nanos, last_report: Option<Nanos>, s: &PlanSettings) -> Step {
@@ -127,7 +145,7 @@ pub fn plan(v: &KeyView, now: Nanos, last_report: Option<Nanos>, s: &PlanSetting
         };
     };
     if now >= p.deadline {
-        return Step::Expired;
+        return ended(p, now, s);
     }
     let idle_ns = s.idle_release_ms.saturating_mul(NS_PER_MS);
     if v.want == 0 && now.saturating_since(v.last_active) >= idle_ns {
@@ -228,13 +246,26 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_lease_is_closed_before_anything_else() {
+    fn an_ended_lease_with_nothing_sub_leased_is_released_with_its_usage() {
         let s = PlanSettings::default();
         let v = view(Some(pos(50, 10)), 10, 9);
         assert_eq!(
             plan(&v, Nanos(10 * S), Some(Nanos(10 * S)), &s),
-            Step::Expired
+            Step::Release
         );
+        let late = Nanos(10 * S + s.ended_settle_ms * NS_PER_MS);
+        assert_eq!(plan(&v, late, Some(late), &s), Step::Expired);
+    }
+
+    #[test]
+    fn an_ended_lease_waits_for_its_sub_leases_then_is_left_to_expire() {
+        let s = PlanSettings::default();
+        let mut p = pos(0, 10);
+        p.on_lease = 5;
+        let v = view(Some(p), 10, 9);
+        assert_eq!(plan(&v, Nanos(10 * S), Some(Nanos(10 * S)), &s), Step::Wait);
+        let late = Nanos(10 * S + s.ended_settle_ms * NS_PER_MS);
+        assert_eq!(plan(&v, late, Some(late), &s), Step::Expired);
     }
 
     #[test]

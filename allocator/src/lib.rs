@@ -4,6 +4,7 @@
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod policy_bounds;
 pub mod raft;
 pub mod replica;
 pub mod rpc_timer;

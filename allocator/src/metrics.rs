@@ -5,8 +5,10 @@
 //! cost nothing between scrapes. Labels are policy ids, never keys or holders, so the number
 //! of series stays bounded by the number of policies (P4).
 
+use crate::policy_bounds::{policy_bounds, PolicyBound};
 use crate::rpc_timer::RpcTimer;
 use leasehold_common::ledger::Ledger;
+use leasehold_common::policy::PolicySet;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -33,6 +35,8 @@ pub struct LedgerFigures {
     pub upstream_lost: u64,
     /// Delegated nodes: credit of upstream leases not yet sub-leased.
     pub upstream_idle: u64,
+    /// The fleet-wide bound, for a policy whose admissions can be checked against it.
+    pub bound: Option<PolicyBound>,
 }
 
 /// Sums a ledger's accounts per policy.
@@ -54,6 +58,18 @@ pub fn ledger_figures(ledger: &Ledger) -> BTreeMap<String, LedgerFigures> {
         if let leasehold_common::ledger::Supply::Upstream(u) = &acct.supply {
             f.upstream_idle += u.idle;
         }
+    }
+    out
+}
+
+/// [`ledger_figures`] with the bounds of the single-key policies in `policies`.
+pub fn figures_with_bounds(
+    ledger: &Ledger,
+    policies: &PolicySet,
+) -> BTreeMap<String, LedgerFigures> {
+    let mut out = ledger_figures(ledger);
+    for (policy, bound) in policy_bounds(ledger, policies) {
+        out.entry(policy).or_default().bound = Some(bound);
     }
     out
 }
@@ -168,8 +184,44 @@ impl Collector for LedgerCollector {
                 ConstGauge::new(field(f) as i64).encode(family)?;
             }
         }
-        Ok(())
+        encode_bounds(&figures, &mut encoder)
     }
+}
+
+type BoundField = fn(&PolicyBound) -> f64;
+
+const BOUNDS: &[(&str, &str, BoundField)] = &[
+    (
+        "leasehold_policy_rate_units_per_second",
+        "Sustained rate of a single-key policy, fleet-wide (a window's limit per its length).",
+        |b| b.rate_milli_per_sec as f64 / 1_000.0,
+    ),
+    (
+        "leasehold_policy_burst_units",
+        "Burst of a single-key policy, fleet-wide (a window's limit).",
+        |b| b.burst as f64,
+    ),
+];
+
+fn encode_bounds(
+    figures: &BTreeMap<String, LedgerFigures>,
+    encoder: &mut DescriptorEncoder<'_>,
+) -> Result<(), fmt::Error> {
+    for (name, help, field) in BOUNDS {
+        let mut metric = encoder.encode_descriptor(
+            name,
+            help,
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (policy, f) in figures {
+            let Some(b) = &f.bound else { continue };
+            let labels = [("policy", policy.as_str()), ("scope", b.scope)];
+            let family = metric.encode_family(&labels)?;
+            ConstGauge::new(field(b)).encode(family)?;
+        }
+    }
+    Ok(())
 }
 
 /// The node's metric registry and the handles drivers update.
@@ -305,6 +357,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("leasehold_raft_is_leader 1"), "{text}");
+        assert!(
+            !text.contains("leasehold_policy_rate_units_per_second{"),
+            "{text}"
+        );
         assert!(
             text.contains("leasehold_rpc_duration_seconds_count{method=\"Acquire\"} 1"),
             "{text}"

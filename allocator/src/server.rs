@@ -3,7 +3,7 @@
 
 use crate::config::{AllocatorConfig, ALLOCATOR_CONNECTIONS_MAX_DEFAULT};
 use crate::http::{router as http_router, serve as serve_http, ReadinessCheck};
-use crate::metrics::{ledger_figures, AllocatorMetrics};
+use crate::metrics::{figures_with_bounds, AllocatorMetrics};
 use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
 use crate::replica::LateReplica;
 use crate::rpc_timer::RpcTimer;
@@ -209,7 +209,7 @@ pub async fn run(
     let metrics = Arc::new(AllocatorMetrics::new(
         {
             let node = node.clone();
-            Arc::new(move || node.read_local(|s| ledger_figures(s.ledger())))
+            Arc::new(move || node.read_local(|s| figures_with_bounds(s.ledger(), s.policies())))
         },
         rpc,
     ));

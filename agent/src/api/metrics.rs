@@ -152,5 +152,30 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
         };
         let _ = writeln!(out, "# HELP leasehold_agent_{name} {help}\n# TYPE leasehold_agent_{name} {kind}\nleasehold_agent_{name} {value}");
     }
+    if let Some(sync) = stats.policy_sync {
+        render_policy_sync(&mut out, sync);
+    }
     out
+}
+
+/// Seconds as Prometheus prints them, from milliseconds.
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1_000, ms % 1_000)
+}
+
+fn render_policy_sync(out: &mut String, sync: crate::engine::PolicySyncStats) {
+    let _ = writeln!(
+        out,
+        "# HELP leasehold_agent_policy_confirmed_timestamp_seconds When the allocator's watch stream last confirmed the policies (Unix time; 0: not yet).\n\
+         # TYPE leasehold_agent_policy_confirmed_timestamp_seconds gauge\n\
+         leasehold_agent_policy_confirmed_timestamp_seconds {}",
+        seconds(sync.confirmed_unix_ms)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP leasehold_agent_policy_stale_after_seconds Unconfirmed this long, the allocator's policies count as stale (policy_stale_after_ms).\n\
+         # TYPE leasehold_agent_policy_stale_after_seconds gauge\n\
+         leasehold_agent_policy_stale_after_seconds {}",
+        seconds(sync.stale_after_ms)
+    );
 }

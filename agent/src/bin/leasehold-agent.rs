@@ -124,6 +124,9 @@ struct Args {
     /// Wait for the allocator's decision on exact policies, in milliseconds.
     #[arg(long)]
     decide_timeout_ms: Option<u64>,
+    /// Policies from the allocator unconfirmed this long count as stale, in milliseconds.
+    #[arg(long)]
+    policy_stale_after_ms: Option<u64>,
     /// Connections each listener keeps open at once (more wait in the backlog).
     #[arg(long)]
     connections_max: Option<usize>,
@@ -178,6 +181,7 @@ impl Args {
             allocator_keys: self.allocator_keys,
             unknown_policy: self.unknown_policy,
             decide_timeout_ms: self.decide_timeout_ms,
+            policy_stale_after_ms: self.policy_stale_after_ms,
             connections_max: self.connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
             header_timeout_ms: self.header_timeout_ms,
@@ -324,6 +328,7 @@ async fn run() -> Result<()> {
     manager_cfg.verifier = cfg.lease_verifier()?;
     manager_cfg.acquire_rate_max_per_s = cfg.acquire_rate_max_per_s;
     manager_cfg.acquire_waiting_max = cfg.acquire_waiting_max;
+    manager_cfg.policy_stale_after_ms = cfg.policy_stale_after_ms;
     let grantor = grantor(&cfg, &policies)?;
     let gate = Arc::new(ExactGate::new(Arc::clone(&engine)).with_grantor(
         Arc::clone(&grantor),

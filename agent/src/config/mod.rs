@@ -12,6 +12,7 @@
 //! response_headers: true
 //! unknown_policy: deny               # or allow: native/HTTP dimensions naming an unknown policy id
 //! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
+//! policy_stale_after_ms: 300000      # allocator's policies unconfirmed this long: stale
 //! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
 //! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
 //! ratelimit_count_denied: true       # refused hits count in their window, as that service's
@@ -33,6 +34,11 @@
 
 /// Default most first leases asked for per second (see [`AgentConfig::acquire_rate_max_per_s`]).
 pub const ACQUIRE_RATE_MAX_PER_S_DEFAULT: u64 = 2_000;
+/// Default time after which unconfirmed allocator policies count as stale: 5 minutes.
+pub const POLICY_STALE_AFTER_MS_DEFAULT: u64 = 300_000;
+/// Allowed `policy_stale_after_ms`: twice the allocator's 5 s watch heartbeat, so a healthy
+/// agent never counts as stale, to a day.
+pub const POLICY_STALE_AFTER_MS_RANGE: std::ops::RangeInclusive<u64> = 10_000..=86_400_000;
 /// Default most keys waiting for a first lease.
 pub const ACQUIRE_WAITING_MAX_DEFAULT: usize = 16_384;
 /// Highest `acquire_waiting_max`: the keys a default key table holds.
@@ -184,6 +190,10 @@ pub struct AgentConfig {
     /// allocator's decision before the policy's failure behaviour applies, in
     /// milliseconds.
     pub decide_timeout_ms: u64,
+    /// Policies taken from the allocator count as stale once its watch stream has not
+    /// confirmed them for this long, in milliseconds (exported for alerting; the agent
+    /// goes on enforcing them).
+    pub policy_stale_after_ms: u64,
     /// Connections each listener (gRPC, HTTP) keeps open at once; more wait in the kernel's
     /// backlog. The process raises its open-file limit to fit both, or refuses to start.
     /// Unset: 1 024, lowered (with a warning) as far as the open-file hard limit requires.
@@ -228,6 +238,7 @@ impl Default for AgentConfig {
             allocator_keys: Vec::new(),
             unknown_policy: UnknownPolicy::Deny,
             decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
+            policy_stale_after_ms: POLICY_STALE_AFTER_MS_DEFAULT,
             connections_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
@@ -275,6 +286,8 @@ pub struct Overrides {
     pub unknown_policy: Option<UnknownPolicy>,
     /// `--decide-timeout-ms`.
     pub decide_timeout_ms: Option<u64>,
+    /// `--policy-stale-after-ms`.
+    pub policy_stale_after_ms: Option<u64>,
     /// `--connections-max`.
     pub connections_max: Option<usize>,
     /// `--idle-timeout-ms`.
@@ -368,6 +381,7 @@ impl AgentConfig {
         set_list(&mut self.allocator_keys, flags.allocator_keys);
         set(&mut self.unknown_policy, flags.unknown_policy);
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
+        set(&mut self.policy_stale_after_ms, flags.policy_stale_after_ms);
         set(&mut self.ratelimit_key_len_max, flags.ratelimit_key_len_max);
         set(
             &mut self.acquire_rate_max_per_s,

@@ -17,6 +17,7 @@ state_file: /var/lib/leasehold/agent.state
 allocator_keys: [00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff]
 unknown_policy: allow
 decide_timeout_ms: 250
+policy_stale_after_ms: 60000
 connections_max: 64
 idle_timeout_ms: 30000
 header_timeout_ms: 2000
@@ -72,6 +73,7 @@ fn every_field_is_read_from_the_file() {
         ],
         unknown_policy: UnknownPolicy::Allow,
         decide_timeout_ms: 250,
+        policy_stale_after_ms: 60_000,
         connections_max: Some(64),
         idle_timeout_ms: 30_000,
         header_timeout_ms: 2_000,
@@ -219,6 +221,11 @@ fn invalid_values_name_the_field_and_the_reason() {
             |c| c.decide_timeout_ms = 60_001,
             "decide_timeout_ms",
             "1 to 60000",
+        ),
+        (
+            |c| c.policy_stale_after_ms = 9_999,
+            "policy_stale_after_ms",
+            "10000 to 86400000",
         ),
         (
             |c| c.connections_max = Some(0),

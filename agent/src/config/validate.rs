@@ -88,6 +88,13 @@ impl AgentConfig {
                 format!("1 to {DECIDE_TIMEOUT_MS_MAX}"),
             ));
         }
+        if !super::POLICY_STALE_AFTER_MS_RANGE.contains(&self.policy_stale_after_ms) {
+            return Err(invalid(
+                "policy_stale_after_ms",
+                self.policy_stale_after_ms.to_string(),
+                "10000 to 86400000 milliseconds",
+            ));
+        }
         self.check_listener_limits()?;
         if self.acquire_rate_max_per_s == 0 {
             return Err(invalid(

@@ -70,6 +70,7 @@ mod local;
 mod overrides;
 mod paced;
 mod policy;
+mod policy_sync;
 mod protect;
 mod readlock;
 mod request;
@@ -120,6 +121,7 @@ pub use exact::{ExactAsk, ExactVerdict, ExactVerdicts};
 pub use local::LocalConfigError;
 pub use overrides::{OverrideError, OverrideRule, ENVOY_OVERRIDES_MAX};
 pub use policy::Emergency;
+pub use policy_sync::PolicySyncStats;
 pub use protect::SelfProtection;
 pub use request::{AdmitRequest, Dimension, Target};
 pub use results::Results;
@@ -168,6 +170,7 @@ pub struct Engine {
     /// When the lease manager last had an answer from the grantor (monotonic ns, 0: none
     /// yet, or its last call found the grantor unreachable).
     grantor_answered_ns: AtomicU64,
+    policy_sync: policy_sync::PolicySync,
     counters: EngineCounters,
     /// Requests admitted with a delay and not departed yet, capped.
     waiting: shaped::Waiting,
@@ -213,6 +216,7 @@ impl EngineBuilder {
             acquire_tx,
             acquire_rx: Mutex::new(Some(acquire_rx)),
             grantor_answered_ns: AtomicU64::new(0),
+            policy_sync: Default::default(),
             counters: EngineCounters::new(self.start),
             waiting: shaped::Waiting::new(self.limits.shaped_waiting_max),
         })
@@ -383,6 +387,18 @@ impl Engine {
             .fetch_max(now.0.max(1), Ordering::Relaxed);
     }
 
+    /// This engine's policies come from the allocator's watch stream, and count as stale
+    /// once unconfirmed for `stale_after_ms`.
+    pub fn follow_allocator_policies(&self, stale_after_ms: u64) {
+        self.policy_sync.follow(stale_after_ms);
+    }
+
+    /// The watch stream confirmed the policies as the allocator's current ones at
+    /// `unix_ms`.
+    pub fn policies_confirmed(&self, unix_ms: u64) {
+        self.policy_sync.confirmed(unix_ms);
+    }
+
     /// The lease manager could not reach the grantor: keys past their wait for a first
     /// lease get their policy's failure behaviour until it answers again.
     pub fn note_grantor_unreachable(&self) {
@@ -458,6 +474,7 @@ impl Engine {
             keys_max: self.table.capacity(),
             evictions: self.table.evictions(),
             clock: self.counters.clock_stats(),
+            policy_sync: self.policy_sync.stats(),
         }
     }
 }

@@ -260,6 +260,8 @@ pub struct EngineStats {
     pub evictions: u64,
     /// Time readings that went backwards and were clamped (P3).
     pub clock: RollbackStats,
+    /// When the allocator last confirmed the policies, for an agent that takes them from it.
+    pub policy_sync: Option<super::PolicySyncStats>,
 }
 
 #[cfg(test)]

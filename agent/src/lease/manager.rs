@@ -84,6 +84,9 @@ pub struct ManagerConfig {
     pub watch_silence_max_ms: u64,
     /// Wait before reopening a watch stream that could not be opened or ended.
     pub watch_retry_ms: u64,
+    /// The engine's policies from the watch stream count as stale once it has not
+    /// confirmed them for this long (see [`Engine::follow_allocator_policies`]).
+    pub policy_stale_after_ms: u64,
     /// Where [`LeaseManager::open`] keeps the crash-safety state; None: start with
     /// nothing after a restart.
     pub state_file: Option<PathBuf>,
@@ -112,6 +115,7 @@ impl ManagerConfig {
             mark_chunk_min: 64,
             watch_silence_max_ms: 15_000,
             watch_retry_ms: 1_000,
+            policy_stale_after_ms: 300_000,
             state_file: None,
             verifier: None,
         }
@@ -291,6 +295,9 @@ impl LeaseManager {
     }
 
     pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
+        if self.grantor.pushes_changes() {
+            engine.follow_allocator_policies(self.cfg.policy_stale_after_ms);
+        }
         self.engine = Some(engine);
         self
     }

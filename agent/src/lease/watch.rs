@@ -55,6 +55,12 @@ impl Watching {
     }
 }
 
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// An allocator's switch as the engine applies it; None if it names no usable mode.
 fn emergency_of(e: &pb::EmergencySwitch) -> Option<Emergency> {
     match pb::EmergencyMode::try_from(e.mode).ok()? {
@@ -120,6 +126,10 @@ impl LeaseManager {
             None => return w.lost(now, self.cfg.watch_retry_ms),
         };
         w.after_seq = w.after_seq.max(ev.seq);
+        if let Some(engine) = &self.engine {
+            // Whatever the stream delivers, it is the grantor's state up to now.
+            engine.policies_confirmed(unix_ms_now());
+        }
         match ev.event {
             Some(Event::Heartbeat(hb)) => {
                 w.silence_ns = hb.interval_ms.saturating_mul(2 * NS_PER_MS);

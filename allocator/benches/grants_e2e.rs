@@ -4,7 +4,8 @@
 //! units/s ÷ average lease size).
 //!
 //! `cargo bench -p leasehold-allocator --bench grants_e2e -- [--seconds S] [--holders H]
-//! [--keys K] [--lease-units Q] [--renewals N] [--demand-per-sec D] [--region-nodes R]`
+//! [--keys K] [--lease-units Q] [--renewals N] [--demand-per-sec D] [--region-nodes R]
+//! [--disk-every-s S]`
 //!
 //! Three root nodes run as processes, every log append fsynced, with certificates from a
 //! fresh development PKI. `--holders` holders (each its own certificate and connection,
@@ -19,9 +20,13 @@
 //! Reported: grants/s (acquires and renewals that granted credit) with the latency of each
 //! (p50, p99, max), every call the holders made, and per cluster the §9 figures from its
 //! `/metrics` (lease calls served, credit granted, credit reported used) over the run.
+//! With `--disk-every-s` above 0, the root nodes' data directories' sizes every that many
+//! seconds: sled's growth under key churn.
 
 #[path = "load/cluster.rs"]
 mod cluster;
+#[path = "load/disk.rs"]
+mod disk;
 mod load;
 
 use cluster::{scrape, ProcessCluster, Scrape};
@@ -168,6 +173,7 @@ async fn main() {
     let renewals = arg("--renewals", 10);
     let demand = arg("--demand-per-sec", units * (renewals + 1));
     let region_nodes = arg("--region-nodes", 0);
+    let disk_every_s = arg("--disk-every-s", 0);
 
     let dir = tempfile::tempdir().unwrap();
     let names: Vec<String> = (0..holders).map(|h| format!("h{h}")).collect();
@@ -200,6 +206,14 @@ async fn main() {
         .chain(region.as_ref().map(|r| ("region", r)))
         .collect();
     let before: Vec<Scrape> = clusters.iter().map(|(_, c)| scrape(c)).collect();
+    let sampler = (disk_every_s > 0).then(|| {
+        let dirs = (1..=3).map(|i| dir.path().join(format!("global-{i}")));
+        tokio::spawn(disk::sample(
+            dirs.collect(),
+            disk_every_s,
+            Arc::clone(&stop),
+        ))
+    });
     let started = Instant::now();
     let latencies = Latencies::run(seconds, Arc::clone(&stop), || {
         names
@@ -245,5 +259,8 @@ async fn main() {
     );
     for (((name, _), b), a) in clusters.iter().zip(&before).zip(&after) {
         print_model(name, b, a, elapsed);
+    }
+    if let Some(sampler) = sampler {
+        let _ = sampler.await;
     }
 }

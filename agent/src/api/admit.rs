@@ -63,9 +63,10 @@ impl RequestDimension for pb::Dimension {
 fn reason(o: Outcome) -> pb::Reason {
     match o {
         Outcome::Admitted | Outcome::Unlimited | Outcome::Replaced => pb::Reason::Ok,
-        Outcome::Denied(
-            DenyReason::Unreachable | DenyReason::AwaitingLease | DenyReason::LeaseRefused,
-        ) => pb::Reason::UpstreamUnavailable,
+        Outcome::Denied(DenyReason::Unreachable) => pb::Reason::UpstreamUnavailable,
+        Outcome::Denied(DenyReason::AwaitingLease | DenyReason::AcquireQueueFull) => {
+            pb::Reason::AwaitingLease
+        }
         Outcome::Denied(DenyReason::Restricted) | Outcome::Restricted => pb::Reason::Restricted,
         Outcome::Denied(DenyReason::InvalidKey) | Outcome::InvalidKey => pb::Reason::InvalidKey,
         Outcome::Denied(DenyReason::UnknownPolicy) => pb::Reason::UnknownPolicy,

@@ -139,6 +139,9 @@ struct Args {
     /// Longest envoyproxy/ratelimit key, in bytes once encoded [default: 4096].
     #[arg(long)]
     ratelimit_key_len_max: Option<usize>,
+    /// Most keys held at once; new keys past it share their policy's overflow key.
+    #[arg(long)]
+    keys_max: Option<usize>,
     /// Most first leases asked of the allocator per second [default: 2000].
     #[arg(long)]
     acquire_rate_max_per_s: Option<u64>,
@@ -186,6 +189,7 @@ impl Args {
             idle_timeout_ms: self.idle_timeout_ms,
             header_timeout_ms: self.header_timeout_ms,
             ratelimit_key_len_max: self.ratelimit_key_len_max,
+            keys_max: self.keys_max,
             ratelimit_count_denied: self.ratelimit_count_denied,
             acquire_rate_max_per_s: self.acquire_rate_max_per_s,
             acquire_waiting_max: self.acquire_waiting_max,
@@ -311,6 +315,7 @@ async fn run() -> Result<()> {
             .start(clock.now())
             .limits(EngineLimits {
                 envoy_key_len_max: cfg.ratelimit_key_len_max,
+                keys_max: cfg.keys_max,
                 shaped_waiting_max: cfg.shaped_waiting_max,
                 ..EngineLimits::default()
             })

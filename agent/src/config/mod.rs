@@ -15,6 +15,7 @@
 //! policy_stale_after_ms: 300000      # allocator's policies unconfirmed this long: stale
 //! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
 //! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
+//! keys_max: 1048576                  # keys held at once; new ones past it share an overflow key
 //! ratelimit_count_denied: true       # refused hits count in their window, as that service's
 //! acquire_rate_max_per_s: 2000       # first leases asked of the allocator per second
 //! acquire_waiting_max: 16384         # keys waiting for a first lease
@@ -39,6 +40,8 @@ pub const POLICY_STALE_AFTER_MS_DEFAULT: u64 = 300_000;
 /// Allowed `policy_stale_after_ms`: twice the allocator's 5 s watch heartbeat, so a healthy
 /// agent never counts as stale, to a day.
 pub const POLICY_STALE_AFTER_MS_RANGE: std::ops::RangeInclusive<u64> = 10_000..=86_400_000;
+/// Allowed `keys_max`: a thousand to 16 million keys (about 3.2 GB of key table).
+pub const KEYS_MAX_RANGE: std::ops::RangeInclusive<usize> = 1_024..=16_777_216;
 /// Default most keys waiting for a first lease.
 pub const ACQUIRE_WAITING_MAX_DEFAULT: usize = 16_384;
 /// Highest `acquire_waiting_max`: the keys a default key table holds.
@@ -205,6 +208,9 @@ pub struct AgentConfig {
     /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded; a descriptor
     /// whose key would be longer is answered OVER_LIMIT.
     pub ratelimit_key_len_max: usize,
+    /// Most keys the agent holds at once (about 200 bytes each); past it a new key is
+    /// counted on its policy's overflow key until a held one can be forgotten.
+    pub keys_max: usize,
     /// envoyproxy/ratelimit rules count hits they refuse, as that service does (false: as
     /// with its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
     pub ratelimit_count_denied: bool,
@@ -243,6 +249,7 @@ impl Default for AgentConfig {
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
             ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
+            keys_max: crate::engine::KEYS_MAX_DEFAULT,
             ratelimit_count_denied: true,
             acquire_rate_max_per_s: ACQUIRE_RATE_MAX_PER_S_DEFAULT,
             acquire_waiting_max: ACQUIRE_WAITING_MAX_DEFAULT,
@@ -296,6 +303,8 @@ pub struct Overrides {
     pub header_timeout_ms: Option<u64>,
     /// `--ratelimit-key-len-max`.
     pub ratelimit_key_len_max: Option<usize>,
+    /// `--keys-max`.
+    pub keys_max: Option<usize>,
     /// `--acquire-rate-max-per-s`.
     pub acquire_rate_max_per_s: Option<u64>,
     /// `--acquire-waiting-max`.
@@ -383,6 +392,7 @@ impl AgentConfig {
         set(&mut self.decide_timeout_ms, flags.decide_timeout_ms);
         set(&mut self.policy_stale_after_ms, flags.policy_stale_after_ms);
         set(&mut self.ratelimit_key_len_max, flags.ratelimit_key_len_max);
+        set(&mut self.keys_max, flags.keys_max);
         set(
             &mut self.acquire_rate_max_per_s,
             flags.acquire_rate_max_per_s,

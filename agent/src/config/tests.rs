@@ -22,6 +22,7 @@ connections_max: 64
 idle_timeout_ms: 30000
 header_timeout_ms: 2000
 ratelimit_key_len_max: 8192
+keys_max: 65536
 ratelimit_count_denied: false
 acquire_rate_max_per_s: 500
 acquire_waiting_max: 1024
@@ -78,6 +79,7 @@ fn every_field_is_read_from_the_file() {
         idle_timeout_ms: 30_000,
         header_timeout_ms: 2_000,
         ratelimit_key_len_max: 8192,
+        keys_max: 65_536,
         ratelimit_count_denied: false,
         acquire_rate_max_per_s: 500,
         acquire_waiting_max: 1024,
@@ -242,6 +244,7 @@ fn invalid_values_name_the_field_and_the_reason() {
             "header_timeout_ms",
             "1 to 86400000",
         ),
+        (|c| c.keys_max = 1_000, "keys_max", "1024 to 16777216"),
         (
             |c| c.ratelimit_key_len_max = 100_000,
             "ratelimit_key_len_max",

@@ -125,6 +125,13 @@ impl AgentConfig {
                 format!("{RATELIMIT_KEY_LEN_MIN} to {RATELIMIT_KEY_LEN_LIMIT} bytes"),
             ));
         }
+        if !super::KEYS_MAX_RANGE.contains(&self.keys_max) {
+            return Err(invalid(
+                "keys_max",
+                self.keys_max.to_string(),
+                "1024 to 16777216 keys",
+            ));
+        }
         validate_name(&self.holder_id)
             .map_err(|e| invalid("holder_id", &self.holder_id, e.to_string()))?;
         self.check_files()?;

@@ -18,6 +18,8 @@
 //! acquire_rate_max_per_s: 2000       # first leases asked of the allocator per second
 //! acquire_waiting_max: 16384         # keys waiting for a first lease
 //! shaped_waiting_max: 1024           # requests admitted with a delay, not yet departed
+//! request_bytes_buffered_max: 33554432  # gRPC request bytes buffered at once, all calls
+//! request_body_timeout_ms: 10000     # a gRPC request body must arrive whole within this
 //! ```
 //!
 //! `ratelimit_config` (envoyproxy/ratelimit YAML, a file or a directory) is read only with
@@ -47,6 +49,9 @@ mod validate;
 mod tests;
 
 use crate::api::listen::{HttpLimits, ListenAddr};
+use crate::api::request_budget::{
+    RequestBudget, REQUEST_BODY_TIMEOUT_MS_DEFAULT, REQUEST_BYTES_BUFFERED_MAX_DEFAULT,
+};
 pub use crate::engine::UnknownPolicy;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_proto::transport::{
@@ -207,6 +212,12 @@ pub struct AgentConfig {
     /// Most requests admitted with a delay by shaping policies and not departed yet; 0
     /// turns shaping off.
     pub shaped_waiting_max: usize,
+    /// Request bytes the gRPC listener buffers at once across all connections and calls;
+    /// a call whose next bytes do not fit is answered RESOURCE_EXHAUSTED.
+    pub request_bytes_buffered_max: usize,
+    /// A gRPC request body not complete this many milliseconds after its headers is
+    /// answered DEADLINE_EXCEEDED and its bytes freed.
+    pub request_body_timeout_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -236,6 +247,8 @@ impl Default for AgentConfig {
             acquire_rate_max_per_s: ACQUIRE_RATE_MAX_PER_S_DEFAULT,
             acquire_waiting_max: ACQUIRE_WAITING_MAX_DEFAULT,
             shaped_waiting_max: crate::engine::SHAPED_WAITING_MAX_DEFAULT,
+            request_bytes_buffered_max: REQUEST_BYTES_BUFFERED_MAX_DEFAULT,
+            request_body_timeout_ms: REQUEST_BODY_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -291,6 +304,10 @@ pub struct Overrides {
     pub shaped_waiting_max: Option<usize>,
     /// `--ratelimit-count-denied[=true|false]`.
     pub ratelimit_count_denied: Option<bool>,
+    /// `--request-bytes-buffered-max`.
+    pub request_bytes_buffered_max: Option<usize>,
+    /// `--request-body-timeout-ms`.
+    pub request_body_timeout_ms: Option<u64>,
 }
 
 impl AgentConfig {
@@ -382,6 +399,22 @@ impl AgentConfig {
         set(&mut self.connections_max, flags.connections_max.map(Some));
         set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
         set(&mut self.header_timeout_ms, flags.header_timeout_ms);
+        set(
+            &mut self.request_bytes_buffered_max,
+            flags.request_bytes_buffered_max,
+        );
+        set(
+            &mut self.request_body_timeout_ms,
+            flags.request_body_timeout_ms,
+        );
+    }
+
+    /// The budget of request bytes shared by the gRPC services.
+    pub fn request_budget(&self) -> RequestBudget {
+        RequestBudget::new(
+            self.request_bytes_buffered_max,
+            self.request_body_timeout_ms,
+        )
     }
 
     /// Bounds on the gRPC listener's connections, with `connections_max` as fitted to the

@@ -327,6 +327,7 @@ async fn run() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     keep_windows_aligned(Arc::clone(&engine), clock.clone());
+    leasehold_agent::heap::spawn_trim();
     leasehold_agent::reload::spawn_watch(Arc::clone(&engine), cfg.ratelimit_config.clone())
         .context("watching --ratelimit-config")?;
     let (tx, rx) = tokio::sync::watch::channel(false);

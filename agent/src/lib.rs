@@ -6,6 +6,7 @@ pub mod config;
 pub mod credit;
 pub mod engine;
 pub mod exact;
+pub mod heap;
 pub mod lease;
 pub mod limiter_store;
 pub mod reload;

@@ -2,6 +2,7 @@
 //! `RateLimit-Policy` / `RateLimit` fields), `/metrics`, `/healthz`, `/readyz`.
 
 use super::dims::{DimensionError, DimensionRules, RequestDimension};
+use super::request_budget::RequestBudget;
 use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use axum::extract::State;
@@ -30,6 +31,7 @@ struct Http {
     engine: Arc<Engine>,
     gate: Arc<ExactGate>,
     clock: SystemClock,
+    budget: Option<Arc<RequestBudget>>,
 }
 
 // Serialize only writes a read body back in one form, for `read_admit_body`.
@@ -79,12 +81,17 @@ pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 /// The HTTP API of an agent that is always ready (its rules are local).
 pub fn router(engine: Arc<Engine>, clock: SystemClock) -> Router {
     let gate = Arc::new(ExactGate::new(engine));
-    router_with_readiness(gate, clock, Arc::new(|| Ok(())))
+    router_with_readiness(gate, clock, Arc::new(|| Ok(())), None)
 }
 
 /// The HTTP API, deciding exact policies through `gate`; `/readyz` answers 503 with the
-/// reason while `ready` says no.
-pub fn router_with_readiness(gate: Arc<ExactGate>, clock: SystemClock, ready: Readiness) -> Router {
+/// reason while `ready` says no. `/metrics` reports the gRPC services' `budget` if given.
+pub fn router_with_readiness(
+    gate: Arc<ExactGate>,
+    clock: SystemClock,
+    ready: Readiness,
+    budget: Option<Arc<RequestBudget>>,
+) -> Router {
     let engine = Arc::clone(gate.engine());
     let readyz = move || {
         let ready = Arc::clone(&ready);
@@ -110,6 +117,7 @@ pub fn router_with_readiness(gate: Arc<ExactGate>, clock: SystemClock, ready: Re
             engine,
             gate,
             clock,
+            budget,
         })
 }
 
@@ -260,6 +268,12 @@ fn respond(d: &Decision) -> Response {
 async fn metrics(State(h): State<Http>) -> impl IntoResponse {
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        super::metrics::render(&h.engine.stats(), h.gate.counters()),
+        {
+            let mut text = super::metrics::render(&h.engine.stats(), h.gate.counters());
+            if let Some(b) = &h.budget {
+                text.push_str(&super::metrics::render_request_budget(b));
+            }
+            text
+        },
     )
 }

@@ -1,5 +1,6 @@
 //! Prometheus text for the agent: what the engine counted, per policy (never per key).
 
+use super::request_budget::RequestBudget;
 use crate::engine::EngineStats;
 use crate::exact::ExactCounters;
 use std::fmt::Write;
@@ -144,7 +145,15 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
             read(&exact.refunds_dropped),
         ),
     ];
-    for (name, help, value) in engine {
+    write_all(&mut out, engine);
+    if let Some(sync) = stats.policy_sync {
+        render_policy_sync(&mut out, sync);
+    }
+    out
+}
+
+fn write_all<const N: usize>(out: &mut String, metrics: [(&str, &str, u64); N]) {
+    for (name, help, value) in metrics {
         let kind = if name.ends_with("_total") {
             "counter"
         } else {
@@ -152,9 +161,34 @@ pub fn render(stats: &EngineStats, exact: &ExactCounters) -> String {
         };
         let _ = writeln!(out, "# HELP leasehold_agent_{name} {help}\n# TYPE leasehold_agent_{name} {kind}\nleasehold_agent_{name} {value}");
     }
-    if let Some(sync) = stats.policy_sync {
-        render_policy_sync(&mut out, sync);
-    }
+}
+
+/// Renders the gRPC services' request budget in the Prometheus text format.
+pub fn render_request_budget(b: &RequestBudget) -> String {
+    let mut out = String::new();
+    let metrics = [
+            (
+                "request_bytes_buffered",
+                "gRPC request bytes buffered now, across all calls.",
+                b.buffered_bytes() as u64,
+            ),
+            (
+                "request_bytes_buffered_max",
+                "Most gRPC request bytes buffered at once (request_bytes_buffered_max).",
+                b.max_bytes() as u64,
+            ),
+            (
+                "request_budget_refused_total",
+                "gRPC calls answered RESOURCE_EXHAUSTED because request_bytes_buffered_max was reached.",
+                b.refused(),
+            ),
+            (
+                "request_body_timeouts_total",
+                "gRPC calls answered DEADLINE_EXCEEDED because their body took longer than request_body_timeout_ms.",
+                b.timed_out(),
+            ),
+    ];
+    write_all(&mut out, metrics);
     out
 }
 

@@ -17,6 +17,7 @@ use leasehold_agent::api::http;
 use leasehold_agent::api::listen::{
     grpc_server, http_tls_config, serve_grpc, serve_http, Listener,
 };
+use leasehold_agent::api::request_budget::Budgeted;
 use leasehold_agent::api::rls::{rls_service, RlsServer};
 use leasehold_agent::config::{AgentConfig, Overrides, TlsFiles, UnknownPolicy};
 use leasehold_agent::engine::{Engine, EngineLimits, RuleSource};
@@ -154,6 +155,14 @@ struct Args {
     /// Count hits envoyproxy/ratelimit rules refuse, as that service does [default: true].
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     ratelimit_count_denied: Option<bool>,
+    /// Request bytes buffered at once across all gRPC calls; a call that would pass it is
+    /// answered RESOURCE_EXHAUSTED [default: 33554432].
+    #[arg(long)]
+    request_bytes_buffered_max: Option<usize>,
+    /// A gRPC request body must arrive whole within this many milliseconds
+    /// [default: 10000].
+    #[arg(long)]
+    request_body_timeout_ms: Option<u64>,
 }
 
 fn tls_files(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<TlsFiles> {
@@ -194,6 +203,8 @@ impl Args {
             acquire_rate_max_per_s: self.acquire_rate_max_per_s,
             acquire_waiting_max: self.acquire_waiting_max,
             shaped_waiting_max: self.shaped_waiting_max,
+            request_bytes_buffered_max: self.request_bytes_buffered_max,
+            request_body_timeout_ms: self.request_body_timeout_ms,
         };
         (self.config, overrides)
     }
@@ -325,6 +336,7 @@ async fn run() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     keep_windows_aligned(Arc::clone(&engine), clock.clone());
+    leasehold_agent::heap::spawn_trim();
     leasehold_agent::reload::spawn_watch(Arc::clone(&engine), cfg.ratelimit_config.clone())
         .context("watching --ratelimit-config")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
@@ -391,6 +403,7 @@ async fn run() -> Result<()> {
     if tls.is_none() && cfg.listen_insecure {
         tracing::warn!(addr = %cfg.grpc_addr, "serving gRPC in PLAINTEXT to other hosts (listen_insecure)");
     }
+    let budget = Arc::new(cfg.request_budget());
     let rls = rls_service(RlsServer::new(
         Arc::clone(&engine),
         clock.clone(),
@@ -398,8 +411,8 @@ async fn run() -> Result<()> {
     ));
     let admit = admit_service(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
     let grpc = grpc_server(tls.as_ref())?
-        .add_service(rls)
-        .add_service(admit);
+        .add_service(Budgeted::new(rls, Arc::clone(&budget)))
+        .add_service(Budgeted::new(admit, Arc::clone(&budget)));
     let grpc_listener = cfg.grpc_listen()?.bind().await?;
     tracing::info!(addr = %grpc_listener.local_addr()?, mtls = tls.is_some(), "gRPC (Envoy RLS, Admit) listening");
     let grpc_task = tokio::spawn(serve_grpc(
@@ -413,7 +426,7 @@ async fn run() -> Result<()> {
     let http_listener = cfg.http_listen()?.bind().await?;
     let http_mtls = http_tls.is_some() && matches!(http_listener, Listener::Tcp(_));
     tracing::info!(addr = %http_listener.local_addr()?, mtls = http_mtls, "HTTP listening");
-    let router = http::router_with_readiness(gate, clock, readiness);
+    let router = http::router_with_readiness(gate, clock, readiness, Some(budget));
     let http_task = tokio::spawn(serve_http(
         router,
         http_listener,

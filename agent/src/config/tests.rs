@@ -27,6 +27,8 @@ ratelimit_count_denied: false
 acquire_rate_max_per_s: 500
 acquire_waiting_max: 1024
 shaped_waiting_max: 64
+request_bytes_buffered_max: 8388608
+request_body_timeout_ms: 3000
 ";
 
 fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -84,6 +86,8 @@ fn every_field_is_read_from_the_file() {
         acquire_rate_max_per_s: 500,
         acquire_waiting_max: 1024,
         shaped_waiting_max: 64,
+        request_bytes_buffered_max: 8 << 20,
+        request_body_timeout_ms: 3_000,
     };
     assert_eq!(c, expected);
     assert!(c.lease_verifier().unwrap().is_some());
@@ -156,9 +160,12 @@ fn flags_replace_the_files_values_and_leave_the_rest() {
         listen_tls: Some(files("flag-")),
         state_file: Some("/tmp/agent.state".into()),
         shaped_waiting_max: Some(0),
+        request_body_timeout_ms: Some(500),
         ..Overrides::default()
     });
     assert_eq!(c.grpc_addr, "127.0.0.1:7081");
+    assert_eq!(c.request_body_timeout_ms, 500);
+    assert_eq!(c.request_bytes_buffered_max, 8 << 20, "the file's");
     assert_eq!(c.shaped_waiting_max, 0);
     assert_eq!(c.policies, [PathBuf::from("/tmp/only.yaml")]);
     assert!(c.standalone && !c.response_headers);
@@ -245,6 +252,16 @@ fn invalid_values_name_the_field_and_the_reason() {
             "1 to 86400000",
         ),
         (|c| c.keys_max = 1_000, "keys_max", "1024 to 16777216"),
+        (
+            |c| c.request_bytes_buffered_max = 1024,
+            "request_bytes_buffered_max",
+            "262144 to 1099511627776 bytes",
+        ),
+        (
+            |c| c.request_body_timeout_ms = 0,
+            "request_body_timeout_ms",
+            "1 to 60000",
+        ),
         (
             |c| c.ratelimit_key_len_max = 100_000,
             "ratelimit_key_len_max",

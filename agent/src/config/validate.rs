@@ -42,6 +42,12 @@ pub(super) fn listen_addr(field: &'static str, text: &str) -> Result<ListenAddr,
 
 /// Longest idle or header timeout a configuration may set: a day, in milliseconds.
 pub const LISTENER_TIMEOUT_MS_MAX: u64 = 86_400_000;
+/// Smallest `request_bytes_buffered_max`: room for a few of the largest messages.
+pub const REQUEST_BYTES_BUFFERED_MIN: usize = 4 * crate::api::listen::GRPC_MESSAGE_LEN_MAX;
+/// Largest `request_bytes_buffered_max`: 1 TiB, far past any machine the agent runs on.
+pub const REQUEST_BYTES_BUFFERED_LIMIT: usize = 1 << 40;
+/// Longest `request_body_timeout_ms`: a minute; an honest body arrives with its headers.
+pub const REQUEST_BODY_TIMEOUT_MS_MAX: u64 = 60_000;
 
 impl AgentConfig {
     fn check_listener_limits(&self) -> Result<(), ConfigError> {
@@ -65,6 +71,22 @@ impl AgentConfig {
                     format!("1 to {LISTENER_TIMEOUT_MS_MAX}"),
                 ));
             }
+        }
+        let bytes = self.request_bytes_buffered_max;
+        if !(REQUEST_BYTES_BUFFERED_MIN..=REQUEST_BYTES_BUFFERED_LIMIT).contains(&bytes) {
+            return Err(invalid(
+                "request_bytes_buffered_max",
+                bytes,
+                format!("{REQUEST_BYTES_BUFFERED_MIN} to {REQUEST_BYTES_BUFFERED_LIMIT} bytes"),
+            ));
+        }
+        let ms = self.request_body_timeout_ms;
+        if !(1..=REQUEST_BODY_TIMEOUT_MS_MAX).contains(&ms) {
+            return Err(invalid(
+                "request_body_timeout_ms",
+                ms,
+                format!("1 to {REQUEST_BODY_TIMEOUT_MS_MAX}"),
+            ));
         }
         Ok(())
     }

@@ -148,7 +148,25 @@ pub struct ListenerSettings {
     pub connections_max: Option<usize>,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
+    /// Request bytes the lease and admin services buffer at once, across every call; a
+    /// call whose next bytes do not fit is answered RESOURCE_EXHAUSTED.
+    pub request_bytes_buffered_max: usize,
+    /// A lease or admin request body not complete this long after its call began fails
+    /// with DEADLINE_EXCEEDED, in milliseconds.
+    pub request_body_timeout_ms: u64,
 }
+
+/// Default `listener.request_bytes_buffered_max`: 128 MiB.
+pub const REQUEST_BYTES_BUFFERED_MAX_DEFAULT: usize = 128 << 20;
+/// Least `listener.request_bytes_buffered_max`: a backup being restored (the largest admin
+/// message) must fit in the part of the budget large calls may use (seven eighths).
+pub const REQUEST_BYTES_BUFFERED_MIN: usize = 64 << 20;
+/// Most `listener.request_bytes_buffered_max`: 16 GiB.
+pub const REQUEST_BYTES_BUFFERED_LIMIT: usize = 16 << 30;
+/// Default `listener.request_body_timeout_ms`: a restore of the largest backup at 2 MB/s.
+pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Allowed `listener.request_body_timeout_ms`.
+pub const REQUEST_BODY_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=600_000;
 
 /// Every agent of a region keeps one connection to a node, plus peers and admins.
 pub const ALLOCATOR_CONNECTIONS_MAX_DEFAULT: usize = 10_000;
@@ -158,6 +176,8 @@ impl Default for ListenerSettings {
         ListenerSettings {
             connections_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            request_bytes_buffered_max: REQUEST_BYTES_BUFFERED_MAX_DEFAULT,
+            request_body_timeout_ms: REQUEST_BODY_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -179,6 +199,24 @@ impl ListenerSettings {
                     format!("{n}: must be 1 to {CONNECTIONS_MAX_LIMIT}"),
                 ));
             }
+        }
+        let buffered = self.request_bytes_buffered_max;
+        if !(REQUEST_BYTES_BUFFERED_MIN..=REQUEST_BYTES_BUFFERED_LIMIT).contains(&buffered) {
+            return Err(invalid(
+                "listener.request_bytes_buffered_max",
+                format!(
+                    "{buffered}: must be {REQUEST_BYTES_BUFFERED_MIN} to {REQUEST_BYTES_BUFFERED_LIMIT} bytes"
+                ),
+            ));
+        }
+        if !REQUEST_BODY_TIMEOUT_MS_RANGE.contains(&self.request_body_timeout_ms) {
+            return Err(invalid(
+                "listener.request_body_timeout_ms",
+                format!(
+                    "{}: must be 1000 to 600000 milliseconds",
+                    self.request_body_timeout_ms
+                ),
+            ));
         }
         // Raft heartbeats and watch keep-alives are far more frequent than a second.
         if !(1_000..=IDLE_TIMEOUT_MS_MAX).contains(&self.idle_timeout_ms) {

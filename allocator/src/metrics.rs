@@ -9,6 +9,7 @@ use crate::policy_bounds::{policy_bounds, PolicyBound};
 use crate::rpc_timer::RpcTimer;
 use leasehold_common::ledger::Ledger;
 use leasehold_common::policy::PolicySet;
+use leasehold_proto::transport::request_budget::RequestBudget;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -224,6 +225,49 @@ fn encode_bounds(
     Ok(())
 }
 
+#[derive(Debug)]
+struct BudgetCollector(Arc<RequestBudget>);
+
+impl Collector for BudgetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let b = &self.0;
+        let gauges = [
+            (
+                "leasehold_request_bytes_buffered",
+                "Lease and admin request bytes buffered now, across all calls.",
+                b.buffered_bytes(),
+            ),
+            (
+                "leasehold_request_bytes_buffered_max",
+                "Most lease and admin request bytes buffered at once (listener.request_bytes_buffered_max).",
+                b.max_bytes(),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
+        }
+        let counters = [
+            (
+                "leasehold_request_budget_refused",
+                "Calls answered RESOURCE_EXHAUSTED because listener.request_bytes_buffered_max was reached.",
+                b.refused(),
+            ),
+            (
+                "leasehold_request_body_timeouts",
+                "Calls answered DEADLINE_EXCEEDED because their body took longer than listener.request_body_timeout_ms.",
+                b.timed_out(),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(value).encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
 /// The node's metric registry and the handles drivers update.
 pub struct AllocatorMetrics {
     registry: Registry,
@@ -295,6 +339,12 @@ impl AllocatorMetrics {
             ready,
             rpc,
         }
+    }
+
+    /// Exports the lease and admin services' request budget.
+    pub fn register_request_budget(&mut self, budget: Arc<RequestBudget>) {
+        self.registry
+            .register_collector(Box::new(BudgetCollector(budget)));
     }
 
     /// The Prometheus text exposition of every metric.

@@ -17,6 +17,7 @@ use leasehold_client::{CoalesceLimits, CoalescingGrantor, RemoteGrantor};
 use leasehold_common::ledger::LedgerConfig;
 use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
+use leasehold_proto::transport::request_budget::{Budgeted, RequestBudget};
 use leasehold_proto::transport::{
     cluster_member_id, ensure_crypto_provider, fit_connections, server_tls_config, AuthMode,
     ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
@@ -162,19 +163,30 @@ pub async fn run(
     let admin = AdminServer::new(late.clone(), auth.clone(), cluster);
     let rpc = RpcTimer::default();
     let timer = rpc.clone();
+    // Raft's own service is left out: only the cluster's members reach its handlers, and
+    // snapshot chunks are larger than any lease or admin call.
+    let budget = Arc::new(RequestBudget::new(
+        cfg.listener.request_bytes_buffered_max,
+        cfg.listener.request_body_timeout_ms,
+    ));
+    let counted = Arc::clone(&budget);
     let hooks = NodeHooks {
         transport,
         services: Some(Box::new(move |router| {
             router
-                .add_service(timer.wrap(LeaseServiceServer::new(lease)))
-                .add_service(
+                .add_service(Budgeted::new(
+                    timer.wrap(LeaseServiceServer::new(lease)),
+                    Arc::clone(&counted),
+                ))
+                .add_service(Budgeted::new(
                     // A backup travels whole in one message, both ways.
                     timer.wrap(
                         AdminServiceServer::new(admin)
                             .max_decoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX)
                             .max_encoding_message_size(leasehold_proto::ADMIN_MESSAGE_LEN_MAX),
                     ),
-                )
+                    counted,
+                ))
         })),
         raft_auth: matches!(auth, AuthMode::MutualTls).then_some(AuthMode::MutualTls),
         raft_cluster: Some(cfg.cluster.clone()),
@@ -206,13 +218,15 @@ pub async fn run(
     late.set(node.clone());
     bootstrap(&cfg, &node).await;
 
-    let metrics = Arc::new(AllocatorMetrics::new(
+    let mut metrics = AllocatorMetrics::new(
         {
             let node = node.clone();
             Arc::new(move || node.read_local(|s| figures_with_bounds(s.ledger(), s.policies())))
         },
         rpc,
-    ));
+    );
+    metrics.register_request_budget(budget);
+    let metrics = Arc::new(metrics);
     let ready: ReadinessCheck = {
         let node = node.clone();
         Arc::new(move || match node.metrics().leader_id {

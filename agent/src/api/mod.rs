@@ -7,7 +7,7 @@ pub mod dims;
 pub mod http;
 pub mod listen;
 pub mod metrics;
-pub mod request_budget;
+pub use leasehold_proto::transport::request_budget;
 pub mod rls;
 pub mod rls_headers;
 mod rls_override;

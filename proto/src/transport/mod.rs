@@ -50,6 +50,7 @@ mod limits;
 mod pem;
 mod pki;
 mod pki_files;
+pub mod request_budget;
 mod rustls_server;
 mod tls;
 

@@ -1,5 +1,5 @@
-//! One budget of request bytes for all of the agent's gRPC calls, and a deadline on each
-//! request body.
+//! One budget of request bytes for all of a server's gRPC calls (the agent's, the
+//! allocator's lease and admin services), and a deadline on each request body.
 //!
 //! The listener's own bounds (connections, streams per connection, message length) are
 //! each per connection or per call, so what they allow multiplies: 1 024 connections of
@@ -107,7 +107,7 @@ impl RequestBudget {
     fn refusal(&self) -> Status {
         self.refused.fetch_add(1, Ordering::Relaxed);
         Status::resource_exhausted(format!(
-            "the agent is buffering request_bytes_buffered_max ({} bytes) of requests; retry",
+            "this server is buffering request_bytes_buffered_max ({} bytes) of requests; retry",
             self.max_bytes
         ))
     }
@@ -129,6 +129,7 @@ pub struct Budgeted<S> {
 }
 
 impl<S> Budgeted<S> {
+    /// `inner`, its request bodies counted against `budget`.
     pub fn new(inner: S, budget: Arc<RequestBudget>) -> Self {
         Budgeted { inner, budget }
     }

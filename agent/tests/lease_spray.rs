@@ -94,9 +94,22 @@ impl Tally {
 }
 
 fn admit(engine: &Engine, clock: &SystemClock, tenant: &str) -> Result<(), DenyReason> {
+    admit_from(engine, clock, tenant, 0)
+}
+
+fn admit_from(
+    engine: &Engine,
+    clock: &SystemClock,
+    tenant: &str,
+    source: u32,
+) -> Result<(), DenyReason> {
     let entries = [("tenant", tenant)];
     let dims = [Dimension::policy("api", &entries)];
-    let d = engine.admit(&AdmitRequest::new(&dims), clock.now());
+    let req = AdmitRequest {
+        source,
+        ..AdmitRequest::new(&dims)
+    };
+    let d = engine.admit(&req, clock.now());
     match d.denial {
         None if d.allowed => Ok(()),
         None => Err(DenyReason::OverLimit),
@@ -104,8 +117,16 @@ fn admit(engine: &Engine, clock: &SystemClock, tenant: &str) -> Result<(), DenyR
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_existing_tenant_keeps_its_admissions_while_new_keys_are_sprayed() {
+/// One spray at a time: each measures how the lease manager keeps up on a small machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The engine, a lease manager running against the slow grantor, and its stop switch.
+fn start() -> (
+    Arc<Engine>,
+    SystemClock,
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<leasehold_agent::lease::ManagerCounters>,
+) {
     let policy = Policy::from_yaml(POLICY).unwrap();
     let signer = LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
     let local = Arc::new(LocalGrantor::new(
@@ -130,7 +151,13 @@ async fn an_existing_tenant_keeps_its_admissions_while_new_keys_are_sprayed() {
     let (stop, rx) = tokio::sync::watch::channel(false);
     let manager = LeaseManager::new(ManagerConfig::new("gw-1"), grantor, clock.clone(), queue)
         .with_engine(Arc::clone(&engine));
-    let manager = tokio::spawn(manager.run(rx));
+    (engine, clock, stop, tokio::spawn(manager.run(rx)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_tenant_keeps_its_admissions_while_new_keys_are_sprayed() {
+    let _serial = SERIAL.lock().await;
+    let (engine, clock, stop, manager) = start();
 
     // The steady tenant holds a lease before the spray starts.
     let mut warm = 0;
@@ -189,4 +216,68 @@ async fn an_existing_tenant_keeps_its_admissions_while_new_keys_are_sprayed() {
     assert_eq!(counters.unreachable, 0);
     // The spray was limited: far fewer first leases than keys sprayed.
     assert!(counters.acquires < SPRAYED as u64, "{counters:?}");
+}
+
+/// Keys of the second caller, each asked for once, one per this many sprayed keys.
+const OTHER_EVERY: usize = 1_000;
+/// How long after its one request a key of the second caller is checked for a lease.
+const OTHER_CHECK_AFTER: Duration = Duration::from_millis(1000);
+/// Least share of the second caller's keys holding a lease by then, in percent.
+const OTHER_SERVED_MIN_PCT: usize = 75;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_asking_once_per_key_gets_first_leases_beside_a_spraying_one() {
+    let _serial = SERIAL.lock().await;
+    let (engine, _clock, stop, manager) = start();
+    let driver = Arc::clone(&engine);
+    let checks = tokio::task::spawn_blocking(move || {
+        let (engine, clock) = (driver, SystemClock::new());
+        let mut asked: std::collections::VecDeque<(String, std::time::Instant)> =
+            Default::default();
+        let mut checks: Vec<(String, Result<(), DenyReason>)> = Vec::new();
+        for i in 0..SPRAYED {
+            let _ = admit_from(&engine, &clock, &format!("spray-{i}"), 1);
+            if i % OTHER_EVERY == 0 {
+                let key = format!("other-{i}");
+                let _ = admit_from(&engine, &clock, &key, 2);
+                asked.push_back((key, std::time::Instant::now()));
+            }
+            while asked
+                .front()
+                .is_some_and(|(_, at)| at.elapsed() >= OTHER_CHECK_AFTER)
+            {
+                let (key, _) = asked.pop_front().expect("present");
+                let outcome = admit_from(&engine, &clock, &key, 2);
+                checks.push((key, outcome));
+            }
+            if i % PAUSE_EVERY == PAUSE_EVERY - 1 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        checks
+    })
+    .await
+    .unwrap();
+    stop.send(true).unwrap();
+    let counters = manager.await.unwrap();
+    let served = checks.iter().filter(|(_, o)| o.is_ok()).count();
+    let not: Vec<_> = checks.iter().filter(|(_, o)| o.is_err()).collect();
+    eprintln!(
+        "second caller: {served} of {} keys held a lease {OTHER_CHECK_AFTER:?} after their one request; \
+         not: {not:?}\nmanager: {counters:?}",
+        checks.len()
+    );
+    // Keys asked for in the spray's last second are not checked.
+    assert!(
+        checks.len() >= SPRAYED / OTHER_EVERY / 2,
+        "{}",
+        checks.len()
+    );
+    assert!(
+        served * 100 >= checks.len() * OTHER_SERVED_MIN_PCT,
+        "{served} of {} served",
+        checks.len()
+    );
+    // The spray was held back to its share: most of its keys never got a first lease.
+    assert!(counters.acquires < SPRAYED as u64 / 2, "{counters:?}");
 }

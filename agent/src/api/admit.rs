@@ -2,7 +2,7 @@
 //! all or none, priority, route-based cost, decision ids.
 
 use super::dims::{DimensionRules, RequestDimension};
-use crate::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome};
+use crate::engine::{source_of, AdmitRequest, DenyReason, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
@@ -79,12 +79,24 @@ fn reason(o: Outcome) -> pb::Reason {
     }
 }
 
+/// Who is calling, for sharing out first leases between callers: the client certificate
+/// where there is one (each gateway has its own), else the peer's IP address; 0 when
+/// neither is known (a Unix socket).
+fn caller_source<T>(req: &Request<T>) -> u32 {
+    if let Some(cert) = req.peer_certs().and_then(|c| c.first().cloned()) {
+        return source_of(cert.as_ref());
+    }
+    req.remote_addr()
+        .map_or(0, |a| source_of(a.ip().to_string().as_bytes()))
+}
+
 fn request_of<'a>(
     r: &'a pb::AdmitRequest,
     dims: &'a [Dimension<'a>],
-    priority: u8,
+    (priority, source): (u8, u32),
 ) -> AdmitRequest<'a> {
     let mut admit = AdmitRequest::new(dims);
+    admit.source = source;
     admit.route = (!r.route.is_empty()).then_some(r.route.as_str());
     admit.priority = priority;
     admit.accept_delay = r.accept_delay;
@@ -97,6 +109,7 @@ impl AdmitService for AdmitServer {
         &self,
         req: Request<pb::AdmitRequest>,
     ) -> Result<Response<pb::AdmitResponse>, Status> {
+        let source = caller_source(&req);
         let r = req.into_inner();
         let invalid = |e: super::dims::DimensionError| Status::invalid_argument(e.to_string());
         RULES.check_count(r.dimensions.len()).map_err(invalid)?;
@@ -112,7 +125,7 @@ impl AdmitService for AdmitServer {
         let begun = RULES
             .with_dimensions(&r.dimensions, |dims| {
                 self.gate
-                    .begin(&request_of(&r, dims, priority), self.clock.now())
+                    .begin(&request_of(&r, dims, (priority, source)), self.clock.now())
             })
             .map_err(invalid)?;
         let d = match begun {
@@ -121,8 +134,11 @@ impl AdmitService for AdmitServer {
                 let asked = self.gate.ask(asks).await;
                 RULES
                     .with_dimensions(&r.dimensions, |dims| {
-                        self.gate
-                            .finish(&request_of(&r, dims, priority), self.clock.now(), &asked)
+                        self.gate.finish(
+                            &request_of(&r, dims, (priority, source)),
+                            self.clock.now(),
+                            &asked,
+                        )
                     })
                     .map_err(invalid)?
             }

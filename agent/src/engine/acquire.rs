@@ -21,6 +21,9 @@ pub struct AcquireRequest {
     pub slot: Arc<CreditSlot>,
     /// Priority of the request that asked, for the grantor's reserve and fair share.
     pub priority: u8,
+    /// Source of the request that asked ([`AdmitRequest::source`](super::AdmitRequest)):
+    /// the lease manager takes first leases from each source in turn.
+    pub source: u32,
 }
 
 /// The receiving end the lease manager drains.

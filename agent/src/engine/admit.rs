@@ -52,6 +52,8 @@ type At<'v> = (Nanos, Slot, Option<&'v ExactVerdicts>);
 pub(crate) struct Ctx<'e> {
     pub(crate) now: Nanos,
     pub(crate) priority: u8,
+    /// [`AdmitRequest::source`]: who asks, for sharing out first leases.
+    pub(crate) source: u32,
     /// Whether charges must be kept for undoing: only when another dimension may refuse
     /// after this one has charged (a lone dimension that charged has admitted).
     pub(crate) keep: bool,
@@ -289,6 +291,7 @@ impl Engine {
             exact,
             now,
             priority: req.priority,
+            source: req.source,
             keep: false,
             index: 0,
             charges: Charges::new(),

@@ -136,6 +136,7 @@ impl Engine {
             key: key.into(),
             slot: Arc::clone(slot),
             priority: ctx.priority,
+            source: ctx.source,
         };
         if acquire::try_push(&self.acquire_tx, request) {
             return Ok(());

@@ -54,6 +54,10 @@ pub struct AdmitRequest<'a> {
     /// admit it with one ([`Decision::delay_ns`](super::Decision::delay_ns)). Off by
     /// default: a caller that would ignore the delay is refused instead.
     pub accept_delay: bool,
+    /// Who sent the request, as the API layer tells callers apart (a hash of a peer
+    /// address or certificate name; 0: unknown). First leases of new keys are shared out
+    /// between sources, so one caller spraying keys cannot hold back another's.
+    pub source: u32,
 }
 
 impl<'a> AdmitRequest<'a> {
@@ -66,6 +70,17 @@ impl<'a> AdmitRequest<'a> {
             hits: 1,
             priority: 0,
             accept_delay: false,
+            source: 0,
         }
     }
+}
+
+/// A source for [`AdmitRequest::source`] from what identifies a caller (its address or
+/// certificate name): never 0, which stands for unknown.
+pub fn source_of(caller: &[u8]) -> u32 {
+    // FNV-1a: stable across runs and cheap; sources only need to differ, not to be secret.
+    let hash = caller.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    });
+    hash.max(1)
 }

@@ -25,6 +25,7 @@
 //! lease (or a new version of one) whose signature does not verify is never spent.
 
 use super::bounded::bounded;
+use super::fair::fair_order;
 use super::marks::MARK_UNBOUNDED;
 use super::state::{LeaseStore, StateError};
 use super::state_sled::SledStore;
@@ -363,9 +364,9 @@ impl LeaseManager {
         self.top_up(now).await;
     }
 
-    /// Takes the engine's new requests. Past `acquire_waiting_max` waiting keys, those
-    /// asked for only once go back to ask again on their next request, the newest first:
-    /// a key asked for again while it waits is someone's traffic, a spray asks once.
+    /// Takes the engine's new requests. Past `acquire_waiting_max` waiting keys, the last
+    /// in serving order ([`fair_order`]) go back to ask again on their next request: keys
+    /// asked for once, of the source with the most waiting, the newest first.
     fn take_requests(&mut self, now: Nanos) {
         while let Ok(req) = self.queue.try_recv() {
             self.waiting.push((req, now));
@@ -374,16 +375,15 @@ impl LeaseManager {
         if self.waiting.len() <= max {
             return;
         }
-        self.waiting
-            .sort_by_cached_key(|(req, at)| (req.slot.offered() <= 1, *at));
+        self.waiting = fair_order(std::mem::take(&mut self.waiting));
         for (req, _) in self.waiting.drain(max..) {
             req.slot.set_state(SlotState::Idle);
             self.counters.acquires_shed += 1;
         }
     }
 
-    /// Asks for the first leases that are due, as many as the rate allows, keys asked for
-    /// more than once first, then the longest waiting.
+    /// Asks for the first leases that are due, as many as the rate allows, in serving
+    /// order ([`fair_order`]).
     async fn acquire_due(&mut self, now: Nanos) {
         let rate = self.cfg.acquire_rate_max_per_s.max(1) as f64;
         let elapsed_s = now.saturating_since(self.acquire_allowance_at) as f64 / 1e9;
@@ -391,11 +391,11 @@ impl LeaseManager {
         // At most a tenth of a second's worth at once.
         let burst = (rate / 10.0).max(1.0);
         self.acquire_allowance = (self.acquire_allowance + elapsed_s * rate).min(burst);
-        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
             .partition(|(_, at)| *at <= now);
         self.waiting = later;
-        due.sort_by_cached_key(|(req, at)| (req.slot.offered() <= 1, *at));
+        let due = fair_order(due);
         let room = self.cfg.leases_max.saturating_sub(self.held.len());
         let take = (self.acquire_allowance as usize).min(room);
         let mut asking = std::collections::BTreeSet::new();

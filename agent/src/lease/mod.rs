@@ -3,6 +3,7 @@
 
 mod blocking;
 mod bounded;
+mod fair;
 pub mod manager;
 pub mod marks;
 mod persist;

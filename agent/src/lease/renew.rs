@@ -232,6 +232,7 @@ impl LeaseManager {
                 key: old.key.clone(),
                 slot: Arc::clone(&old.slot),
                 priority: old.priority,
+                source: 0,
             };
             self.release(old).await;
             self.start(req, new, sent_at);

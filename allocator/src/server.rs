@@ -211,6 +211,7 @@ pub async fn run(
         LedgerConfig::delegated(cfg.cluster.clone())
     };
     ledger.level = cfg.level();
+    ledger.limits = cfg.ledger.limits();
     let initial = AllocatorState::new(ledger).with_usage_limits(cfg.usage.limits());
     let node = RaftNode::start_with(node_config(&cfg), hooks, initial, listener, stop)
         .await

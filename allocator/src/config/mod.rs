@@ -4,6 +4,9 @@
 //! delegated (region or cell) allocator that leases its credit from them; a node without is
 //! the root.
 
+mod ledger;
+pub use ledger::{LedgerSettings, LEDGER_BOUND_RANGE};
+
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::read::read_text_capped;
 
@@ -279,6 +282,8 @@ pub struct AllocatorConfig {
     pub listener: ListenerSettings,
     #[serde(default)]
     pub usage: UsageSettings,
+    #[serde(default)]
+    pub ledger: LedgerSettings,
 }
 
 fn default_tick_ms() -> u64 {
@@ -369,6 +374,7 @@ impl AllocatorConfig {
         }
         self.listener.validate()?;
         self.usage.validate()?;
+        self.ledger.validate()?;
         if self.tick_ms == 0 {
             return Err(invalid("tick_ms", "must be positive"));
         }

@@ -3,7 +3,11 @@
 //! `--request-body-timeout-ms` and give their bytes back, an honest call is served
 //! throughout, and resident memory returns near its baseline after a burst.
 
+#[path = "../../allocator/tests/h2_support/mod.rs"]
+mod h2_support;
+
 use bytes::Bytes;
+use h2_support::{open_streams, rss_bytes, Streams};
 use leasehold_proto::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -13,8 +17,6 @@ use prost::Message;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const MIB: usize = 1 << 20;
 /// The agent's budget in the half-sent test.
@@ -93,25 +95,9 @@ async fn start(budget_bytes: usize) -> Agent {
     agent
 }
 
-fn rss_bytes(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
-}
-
 /// One of the agent's metrics, read from `/metrics`.
 async fn metric(http: SocketAddr, name: &str) -> Option<u64> {
-    let mut s = TcpStream::connect(http).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.ok()?;
-    let prefix = format!("leasehold_agent_{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
+    h2_support::metric(http, &format!("leasehold_agent_{name}")).await
 }
 
 /// A rate-limit call of 1.5 KiB, as Envoy sends with a few descriptors, answered OK.
@@ -151,51 +137,9 @@ fn call_frame(len: usize) -> Bytes {
     Bytes::from(frame)
 }
 
-/// The gRPC status of an answer (`None`: no status, or the stream was reset).
-async fn grpc_status(resp: h2::client::ResponseFuture) -> Option<u32> {
-    let resp = resp.await.ok()?;
-    let code = |h: &http::HeaderMap| h.get("grpc-status")?.to_str().ok()?.parse().ok();
-    if let Some(c) = code(resp.headers()) {
-        return Some(c);
-    }
-    let mut body = resp.into_body();
-    while let Some(chunk) = body.data().await {
-        chunk.ok()?;
-    }
-    code(&body.trailers().await.ok()??)
-}
-
-/// `count` streams on one connection, each sending `body` (ending the stream when
-/// `complete`). The send halves are returned so that half-sent streams stay open.
-async fn streams(
-    grpc: SocketAddr,
-    body: Bytes,
-    complete: bool,
-    count: usize,
-) -> (
-    Vec<h2::SendStream<Bytes>>,
-    Vec<tokio::task::JoinHandle<Option<u32>>>,
-) {
-    let tcp = TcpStream::connect(grpc).await.unwrap();
-    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(conn);
-    // The agent's SETTINGS (its stream bound) arrive before the first stream goes.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let (mut sends, mut answers) = (Vec::new(), Vec::new());
-    for _ in 0..count {
-        client = client.ready().await.unwrap();
-        let req = http::Request::post(PATH)
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (resp, mut send) = client.send_request(req, false).unwrap();
-        send.reserve_capacity(body.len());
-        send.send_data(body.clone(), complete).unwrap();
-        sends.push(send);
-        answers.push(tokio::spawn(grpc_status(resp)));
-    }
-    (sends, answers)
+/// `count` calls of the rate-limit method on one connection, each sending `body`.
+async fn streams(grpc: SocketAddr, body: Bytes, complete: bool, count: usize) -> Streams {
+    open_streams(grpc, PATH, body, complete, count).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

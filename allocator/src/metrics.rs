@@ -230,39 +230,43 @@ struct BudgetCollector(Arc<RequestBudget>);
 
 impl Collector for BudgetCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
-        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::MetricType::{Counter, Gauge};
         let b = &self.0;
-        let gauges = [
+        let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let figures = [
             (
                 "leasehold_request_bytes_buffered",
                 "Lease and admin request bytes buffered now, across all calls.",
-                b.buffered_bytes(),
+                Gauge,
+                bytes(b.buffered_bytes()),
             ),
             (
                 "leasehold_request_bytes_buffered_max",
                 "Most lease and admin request bytes buffered at once (listener.request_bytes_buffered_max).",
-                b.max_bytes(),
+                Gauge,
+                bytes(b.max_bytes()),
             ),
-        ];
-        for (name, help, value) in gauges {
-            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
-        }
-        let counters = [
             (
                 "leasehold_request_budget_refused",
                 "Calls answered RESOURCE_EXHAUSTED because listener.request_bytes_buffered_max was reached.",
+                Counter,
                 b.refused(),
             ),
             (
                 "leasehold_request_body_timeouts",
                 "Calls answered DEADLINE_EXCEEDED because their body took longer than listener.request_body_timeout_ms.",
+                Counter,
                 b.timed_out(),
             ),
         ];
-        for (name, help, value) in counters {
-            let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(value).encode(metric)?;
+        for (name, help, kind, value) in figures {
+            let counter = matches!(kind, Counter);
+            let metric = encoder.encode_descriptor(name, help, None, kind)?;
+            if counter {
+                ConstCounter::new(value).encode(metric)?;
+            } else {
+                ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
+            }
         }
         Ok(())
     }

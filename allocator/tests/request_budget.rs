@@ -3,14 +3,14 @@
 //! it are refused, the rest fail after `listener.request_body_timeout_ms` and give their
 //! bytes back, and an admin call is served throughout.
 
+mod h2_support;
 mod process_support;
 
 use bytes::Bytes;
+use h2_support::{metric, open_streams, rss_bytes, Streams};
 use process_support::{ctl_insecure, insecure_node_config, json, start_node};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const MIB: usize = 1 << 20;
 /// The smallest budget the allocator accepts (a backup must fit in it).
@@ -24,71 +24,13 @@ const PATH: &str = "/leasehold.v1.LeaseService/Acquire";
 const RESOURCE_EXHAUSTED: u32 = 8;
 const DEADLINE_EXCEEDED: u32 = 4;
 
-fn rss_bytes(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
-}
-
-async fn metric(http: SocketAddr, name: &str) -> Option<u64> {
-    let mut s = TcpStream::connect(http).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.ok()?;
-    let prefix = format!("{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// The gRPC status of an answer (`None`: no status, or the stream was reset).
-async fn grpc_status(resp: h2::client::ResponseFuture) -> Option<u32> {
-    let resp = resp.await.ok()?;
-    let code = |h: &http::HeaderMap| h.get("grpc-status")?.to_str().ok()?.parse().ok();
-    if let Some(c) = code(resp.headers()) {
-        return Some(c);
-    }
-    let mut body = resp.into_body();
-    while let Some(chunk) = body.data().await {
-        chunk.ok()?;
-    }
-    code(&body.trailers().await.ok()??)
-}
-
-type Held = (
-    Vec<h2::SendStream<Bytes>>,
-    Vec<tokio::task::JoinHandle<Option<u32>>>,
-);
-
 /// `STREAMS` calls on one connection, each sending all but the last byte of a gRPC frame
-/// announcing `MESSAGE_LEN` bytes. The send halves are kept so the streams stay open.
-async fn half_sent(grpc: SocketAddr) -> Held {
+/// announcing `MESSAGE_LEN` bytes.
+async fn half_sent(grpc: SocketAddr) -> Streams {
     let mut frame = vec![0u8];
     frame.extend_from_slice(&(MESSAGE_LEN as u32).to_be_bytes());
     frame.resize(5 + MESSAGE_LEN - 1, 0);
-    let body = Bytes::from(frame);
-    let tcp = TcpStream::connect(grpc).await.unwrap();
-    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(conn);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let (mut sends, mut answers) = (Vec::new(), Vec::new());
-    for _ in 0..STREAMS {
-        client = client.ready().await.unwrap();
-        let req = http::Request::post(PATH)
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (resp, mut send) = client.send_request(req, false).unwrap();
-        send.reserve_capacity(body.len());
-        send.send_data(body.clone(), false).unwrap();
-        sends.push(send);
-        answers.push(tokio::spawn(grpc_status(resp)));
-    }
-    (sends, answers)
+    open_streams(grpc, PATH, Bytes::from(frame), false, STREAMS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,11 +11,10 @@
 mod hierarchy_support;
 
 use hierarchy_support::agents::{start_agent, Agent};
-use hierarchy_support::{admin, eventually, root_public_key, start_node, start_root};
+use hierarchy_support::{start_region, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
-use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::transport::{DevPki, PkiSpec};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -116,24 +115,10 @@ async fn split_and_saturate() -> SplitRun {
         ]
     );
 
-    let key = root_public_key(dir.path());
     let regions = [
-        start_node(dir.path(), "eu", Some((&root.addr, &key))).await,
-        start_node(dir.path(), "us", Some((&root.addr, &key))).await,
+        start_region(dir.path(), &pki, &root, "eu", "api").await,
+        start_region(dir.path(), &pki, &root, "us", "api").await,
     ];
-    for r in &regions {
-        eventually(15, "a region to mirror the root's policy", || {
-            let (pki, addr) = (&pki, r.addr.clone());
-            async move {
-                let req = pb::GetPolicyRequest {
-                    policy_id: "api".into(),
-                    ..Default::default()
-                };
-                admin(pki, &addr).await.get_policy(req).await.is_ok()
-            }
-        })
-        .await;
-    }
 
     let policy = Policy::from_yaml(POLICY).unwrap();
     let agents = [

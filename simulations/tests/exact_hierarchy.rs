@@ -4,13 +4,12 @@
 
 mod hierarchy_support;
 
-use hierarchy_support::{admin, channels, eventually, root_public_key, start_node, start_root};
+use hierarchy_support::{channels, start_region, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension, Engine, RuleSource};
 use leasehold_agent::exact::ExactGate;
 use leasehold_client::{Grantor, RemoteGrantor};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::transport::{DevPki, PkiSpec, Role};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -38,19 +37,7 @@ async fn a_region_forwards_decisions_on_a_root_policy_to_the_root() {
     let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
     pki.write_to(&dir.path().join("certs"), true).unwrap();
     let root = start_root(dir.path(), &pki, POLICY).await;
-    let key = root_public_key(dir.path());
-    let region = start_node(dir.path(), "eu", Some((&root.addr, &key))).await;
-    eventually(15, "the region to mirror the root's policy", || {
-        let (pki, addr) = (&pki, region.addr.clone());
-        async move {
-            let req = pb::GetPolicyRequest {
-                policy_id: "quota".into(),
-                ..Default::default()
-            };
-            admin(pki, &addr).await.get_policy(req).await.is_ok()
-        }
-    })
-    .await;
+    let region = start_region(dir.path(), &pki, &root, "eu", "quota").await;
 
     let (eu, at_root) = (
         gate(&pki, "gw-eu", &region.addr),

@@ -7,7 +7,7 @@
 mod hierarchy_support;
 
 use hierarchy_support::agents::start_agent;
-use hierarchy_support::{admin, eventually, root_public_key, start_node, start_root};
+use hierarchy_support::{admin, start_region, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
@@ -27,25 +27,10 @@ async fn regions_sublease_root_credit_within_the_bound_while_demand_moves() {
     pki.write_to(&dir.path().join("certs"), true).unwrap();
 
     let root = start_root(dir.path(), &pki, POLICY).await;
-    let key = root_public_key(dir.path());
     let regions = [
-        start_node(dir.path(), "eu", Some((&root.addr, &key))).await,
-        start_node(dir.path(), "us", Some((&root.addr, &key))).await,
+        start_region(dir.path(), &pki, &root, "eu", "api").await,
+        start_region(dir.path(), &pki, &root, "us", "api").await,
     ];
-    for r in &regions {
-        eventually(15, "a region to mirror the root's policy", || {
-            let (pki, addr) = (&pki, r.addr.clone());
-            async move {
-                let mut a = admin(pki, &addr).await;
-                let req = pb::GetPolicyRequest {
-                    policy_id: "api".into(),
-                    ..Default::default()
-                };
-                a.get_policy(req).await.is_ok()
-            }
-        })
-        .await;
-    }
 
     // A delegated cluster takes its policies from upstream only.
     let refused = admin(&pki, &regions[0].addr)

@@ -5,7 +5,7 @@
 mod hierarchy_support;
 
 use hierarchy_support::agents::start_agent;
-use hierarchy_support::{admin, eventually, root_public_key, start_node, start_root};
+use hierarchy_support::{admin, start_region, start_root};
 use leasehold_agent::engine::{AdmitRequest, Dimension};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
@@ -25,19 +25,7 @@ async fn window_credit_through_a_region_is_released_not_stranded() {
     let pki = DevPki::generate(&spec, SystemTime::now()).unwrap();
     pki.write_to(&dir.path().join("certs"), true).unwrap();
     let root = start_root(dir.path(), &pki, POLICY).await;
-    let key = root_public_key(dir.path());
-    let region = start_node(dir.path(), "eu", Some((&root.addr, &key))).await;
-    eventually(15, "the region to mirror the root's policy", || {
-        let (pki, addr) = (&pki, region.addr.clone());
-        async move {
-            let req = pb::GetPolicyRequest {
-                policy_id: "api".into(),
-                ..Default::default()
-            };
-            admin(pki, &addr).await.get_policy(req).await.is_ok()
-        }
-    })
-    .await;
+    let region = start_region(dir.path(), &pki, &root, "eu", "api").await;
 
     let since_ms = unix_ms();
     let agent = start_agent(

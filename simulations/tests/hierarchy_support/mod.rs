@@ -122,3 +122,28 @@ pub fn root_public_key(dir: &Path) -> String {
             .public_key(),
     )
 }
+
+/// Starts region `cluster` leasing from `root` and waits until it mirrors `policy_id`
+/// from the root's watch stream.
+pub async fn start_region(
+    dir: &Path,
+    pki: &DevPki,
+    root: &Node,
+    cluster: &str,
+    policy_id: &str,
+) -> Node {
+    let key = root_public_key(dir);
+    let region = start_node(dir, cluster, Some((&root.addr, &key))).await;
+    eventually(15, "a region to mirror the root's policy", || {
+        let addr = region.addr.clone();
+        async move {
+            let req = leasehold_proto::leasehold::v1::GetPolicyRequest {
+                policy_id: policy_id.into(),
+                ..Default::default()
+            };
+            admin(pki, &addr).await.get_policy(req).await.is_ok()
+        }
+    })
+    .await;
+    region
+}

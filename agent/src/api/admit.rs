@@ -7,6 +7,7 @@ use crate::exact::ExactGate;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admit_service_server::{AdmitService, AdmitServiceServer};
+use leasehold_proto::transport::Peer;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -83,11 +84,13 @@ fn reason(o: Outcome) -> pb::Reason {
 /// where there is one (each gateway has its own), else the peer's IP address; 0 when
 /// neither is known (a Unix socket).
 fn caller_source<T>(req: &Request<T>) -> u32 {
-    if let Some(cert) = req.peer_certs().and_then(|c| c.first().cloned()) {
-        return source_of(cert.as_ref());
-    }
-    req.remote_addr()
-        .map_or(0, |a| source_of(a.ip().to_string().as_bytes()))
+    let peer = Peer {
+        cert: req
+            .peer_certs()
+            .and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
+        ip: req.remote_addr().map(|a| a.ip()),
+    };
+    peer.identity().map_or(0, |id| source_of(&id))
 }
 
 fn request_of<'a>(

@@ -3,7 +3,7 @@
 
 use super::dims::{DimensionError, DimensionRules, RequestDimension};
 use super::request_budget::RequestBudget;
-use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
+use crate::engine::{source_of, AdmitRequest, Decision, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_common::time::{Clock, SystemClock};
+use leasehold_proto::transport::Peer;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -131,8 +132,13 @@ fn bad(message: String) -> Response {
 
 async fn admit(
     State(h): State<Http>,
+    peer: Option<axum::Extension<Peer>>,
     body: Result<Json<AdmitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    // Who calls, for sharing out first leases: the client certificate or address.
+    let source = peer
+        .and_then(|axum::Extension(p)| p.identity())
+        .map_or(0, |id| source_of(&id));
     let body = match body {
         Ok(Json(b)) => b,
         // 413 for a body over the limit and 415 for a wrong content type, as the rejection
@@ -147,7 +153,8 @@ async fn admit(
         }
     };
     let asks = match RULES.with_dimensions(&body.dimensions, |dims| {
-        h.gate.begin(&request_of(&body, dims), h.clock.now())
+        h.gate
+            .begin(&request_of(&body, dims, source), h.clock.now())
     }) {
         Ok(Ok(decision)) => return respond(&decision),
         Ok(Err(asks)) => asks,
@@ -156,7 +163,7 @@ async fn admit(
     let asked = h.gate.ask(asks).await;
     let decision = RULES.with_dimensions(&body.dimensions, |dims| {
         h.gate
-            .finish(&request_of(&body, dims), h.clock.now(), &asked)
+            .finish(&request_of(&body, dims, source), h.clock.now(), &asked)
     });
     match decision {
         Ok(decision) => respond(&decision),
@@ -187,7 +194,7 @@ pub struct AdmitBodyRead {
 pub fn read_admit_body(body: &[u8]) -> Result<AdmitBodyRead, AdmitBodyError> {
     let body: AdmitBody = serde_json::from_slice(body)?;
     let dimensions = RULES.with_dimensions(&body.dimensions, |dims| {
-        request_of(&body, dims).dimensions.len()
+        request_of(&body, dims, 0).dimensions.len()
     })?;
     let canonical = serde_json::to_string(&body)?;
     Ok(AdmitBodyRead {
@@ -196,8 +203,9 @@ pub fn read_admit_body(body: &[u8]) -> Result<AdmitBodyRead, AdmitBodyError> {
     })
 }
 
-fn request_of<'a>(body: &'a AdmitBody, dims: &'a [Dimension<'a>]) -> AdmitRequest<'a> {
+fn request_of<'a>(body: &'a AdmitBody, dims: &'a [Dimension<'a>], source: u32) -> AdmitRequest<'a> {
     let mut req = AdmitRequest::new(dims);
+    req.source = source;
     req.route = body.route.as_deref();
     req.priority = body.priority;
     req.bytes = body.bytes;

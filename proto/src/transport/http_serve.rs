@@ -10,6 +10,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use super::peer::PeerOf;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -17,13 +18,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::Connected;
 
 /// Default deadline for a request's headers, in milliseconds.
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 /// Serves `router` on the connections `incoming` yields (plain or TLS-established) until
 /// `shutdown` completes or `incoming` ends; then stops accepting, lets each connection
-/// finish the request it is serving, and returns once all have closed.
+/// finish the request it is serving, and returns once all have closed. Every request
+/// carries its connection's [`Peer`](super::Peer) as an extension.
 pub async fn serve_http1<S, IO>(
     incoming: S,
     router: axum::Router,
@@ -32,7 +35,8 @@ pub async fn serve_http1<S, IO>(
 ) -> io::Result<()>
 where
     S: Stream<Item = io::Result<IO>>,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: PeerOf,
 {
     let mut incoming = std::pin::pin!(incoming);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -64,9 +68,12 @@ async fn serve_one<IO>(
     header_timeout: Duration,
     mut close: watch::Receiver<bool>,
 ) where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: PeerOf,
 {
-    let service = TowerToHyperService::new(router);
+    let peer = io.connect_info().peer();
+    // Per connection, so that every request on it names the same caller.
+    let service = TowerToHyperService::new(router.layer(axum::Extension(peer)));
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())

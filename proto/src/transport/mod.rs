@@ -47,6 +47,7 @@ mod channel;
 mod http_serve;
 pub mod identity;
 mod limits;
+mod peer;
 mod pem;
 mod pki;
 mod pki_files;
@@ -67,6 +68,7 @@ pub use limits::{
     ensure_open_files, fit_connections, limited, Accept, Limited, ListenerLimits, OpenFilesError,
     CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
 };
+pub use peer::{Peer, PeerOf};
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};
 pub use pki::{
     DevPki, IssuedCert, PkiError, PkiSpec, NOT_BEFORE_BACKDATE_S, PKI_HOSTS_MAX,

@@ -103,3 +103,36 @@ async fn beyond_the_connection_cap_a_client_waits_until_a_slow_one_times_out() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn every_request_names_the_address_its_connection_came_from() {
+    use crate::transport::Peer;
+    let l = TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let router = axum::Router::new().route(
+        "/",
+        axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+            format!("{:?} {}", peer.ip, peer.cert.is_some())
+        }),
+    );
+    tokio::spawn(serve_http1(
+        limited(l, ListenerLimits::default()),
+        router,
+        1_000,
+        std::future::pending(),
+    ));
+    for from in ["127.0.0.1", "127.0.0.2"] {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let mut s = socket
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.ends_with(&format!("Some({from}) false")), "{out}");
+    }
+}

@@ -2,6 +2,7 @@
 //! `--connections-max` connections each, a client trickling its HTTP headers is cut off at
 //! `--header-timeout-ms`, and an honest client is still served.
 
+use leasehold_agent::api::listen::CONNECTION_AGE_GRACE_MS;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,6 +29,10 @@ impl Drop for Agent {
 }
 
 fn start(grpc: SocketAddr, http: SocketAddr, dir: &std::path::Path) -> Agent {
+    start_with(grpc, http, dir, &[])
+}
+
+fn start_with(grpc: SocketAddr, http: SocketAddr, dir: &std::path::Path, extra: &[&str]) -> Agent {
     let limits = dir.join("limits.yaml");
     std::fs::write(
         &limits,
@@ -41,6 +46,7 @@ fn start(grpc: SocketAddr, http: SocketAddr, dir: &std::path::Path) -> Agent {
         .args(["--http-addr", &http.to_string()])
         .args(["--connections-max", &CONNECTIONS_MAX.to_string()])
         .args(["--header-timeout-ms", "500", "--idle-timeout-ms", "60000"])
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -126,4 +132,126 @@ async fn slow_clients_cost_bounded_sockets_and_an_honest_client_is_still_served(
     );
     let served = served.expect("an honest HTTP client was never served while slow ones trickled");
     assert!(served < Duration::from_secs(6), "{served:?}");
+}
+
+/// An HTTP/2 client that keeps its connection busy without ever making a call: the
+/// connection preface, then a PING every 300 ms. The idle timeout never fires for it; the
+/// connection's age bound must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_kept_busy_without_calls_is_closed_at_its_age_bound() {
+    const AGE_MS: u64 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http) = (free_addr(), free_addr());
+    let _agent = start_with(
+        grpc,
+        http,
+        dir.path(),
+        &["--connection-age-max-ms", &AGE_MS.to_string()],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while healthz(http).await.is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = TcpStream::connect(grpc).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let started = Instant::now();
+    let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+    let settings_ack = [0u8, 0, 0, 4, 1, 0, 0, 0, 0];
+    wr.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    wr.write_all(&settings).await.unwrap();
+    wr.write_all(&settings_ack).await.unwrap();
+    // Reads (PING acknowledgements) until the server closes.
+    let reader = tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        while let Ok(1..) = rd.read(&mut buf).await {}
+        started.elapsed()
+    });
+    let ping = [0u8, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let mut open_at_age = false;
+    while !reader.is_finished() && started.elapsed() < Duration::from_secs(20) {
+        if wr.write_all(&ping).await.is_err() {
+            break;
+        }
+        if started.elapsed() < Duration::from_millis(AGE_MS * 9 / 10) {
+            open_at_age = true;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let closed_after = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the connection was still open 20 s after it was made")
+        .unwrap();
+    eprintln!("closed after {closed_after:?}");
+    assert!(
+        open_at_age,
+        "the connection was served before its age bound"
+    );
+    assert!(
+        closed_after >= Duration::from_millis(AGE_MS),
+        "closed after {closed_after:?}, before its age bound"
+    );
+    let bound =
+        Duration::from_millis(AGE_MS + leasehold_agent::api::listen::CONNECTION_AGE_GRACE_MS);
+    assert!(
+        closed_after <= bound + Duration::from_secs(3),
+        "closed after {closed_after:?}; age and grace are {bound:?}"
+    );
+}
+
+/// A gateway calling all along is not hurt by the age bound: when its connection is asked
+/// to go away, its client reconnects and every call is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_on_across_the_age_bound() {
+    use leasehold_proto::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+    const AGE_MS: u64 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http) = (free_addr(), free_addr());
+    let _agent = start_with(
+        grpc,
+        http,
+        dir.path(),
+        &["--connection-age-max-ms", &AGE_MS.to_string()],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while healthz(http).await.is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let request = || RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "tenant".into(),
+                value: "acme".into(),
+            }],
+            limit: None,
+            hits_addend: None,
+        }],
+        hits_addend: 1,
+    };
+    let started = Instant::now();
+    let mut failures = Vec::new();
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_millis(AGE_MS + CONNECTION_AGE_GRACE_MS + 2_000) {
+        calls += 1;
+        if let Err(status) = client.should_rate_limit(request()).await {
+            failures.push((started.elapsed(), status));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} calls failed: {failures:?}",
+        failures.len()
+    );
 }

@@ -161,6 +161,22 @@ impl Listener {
     }
 }
 
+/// Default `connection_age_max_ms`: ten minutes.
+pub const CONNECTION_AGE_MAX_MS_DEFAULT: u64 = 600_000;
+/// How long calls in flight on a connection asked to go away may still take before it is
+/// closed, in milliseconds: a request body's whole default deadline.
+pub const CONNECTION_AGE_GRACE_MS: u64 = 10_000;
+
+/// `server`, asking each connection to go away once it is `age_max_ms` old and closing it
+/// `CONNECTION_AGE_GRACE_MS` later. Gateways reconnect on GOAWAY as on any server restart;
+/// a client trickling bytes to hold a connection slot loses it then, since the idle
+/// timeout only counts silence.
+pub fn with_connection_age(server: Server, age_max_ms: u64) -> Server {
+    server
+        .max_connection_age(std::time::Duration::from_millis(age_max_ms))
+        .max_connection_age_grace(std::time::Duration::from_millis(CONNECTION_AGE_GRACE_MS))
+}
+
 /// A gRPC server builder: mutual TLS when `tls` is given (every client must present a
 /// certificate that chains to `tls.ca`; others fail the handshake), plaintext otherwise.
 ///

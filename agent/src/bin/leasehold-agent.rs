@@ -15,7 +15,7 @@ use clap::Parser;
 use leasehold_agent::api::admit::{admit_service, AdmitServer};
 use leasehold_agent::api::http;
 use leasehold_agent::api::listen::{
-    grpc_server, http_tls_config, serve_grpc, serve_http, Listener,
+    grpc_server, http_tls_config, serve_grpc, serve_http, with_connection_age, Listener,
 };
 use leasehold_agent::api::request_budget::Budgeted;
 use leasehold_agent::api::rls::{rls_service, RlsServer};
@@ -134,6 +134,9 @@ struct Args {
     /// Close a connection silent this long, in milliseconds.
     #[arg(long)]
     idle_timeout_ms: Option<u64>,
+    /// Ask a gRPC connection open this long to go away, in milliseconds.
+    #[arg(long)]
+    connection_age_max_ms: Option<u64>,
     /// An HTTP request's headers must arrive within this many milliseconds.
     #[arg(long)]
     header_timeout_ms: Option<u64>,
@@ -196,6 +199,7 @@ impl Args {
             policy_stale_after_ms: self.policy_stale_after_ms,
             connections_max: self.connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
+            connection_age_max_ms: self.connection_age_max_ms,
             header_timeout_ms: self.header_timeout_ms,
             ratelimit_key_len_max: self.ratelimit_key_len_max,
             keys_max: self.keys_max,
@@ -410,7 +414,7 @@ async fn run() -> Result<()> {
         cfg.response_headers,
     ));
     let admit = admit_service(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
-    let grpc = grpc_server(tls.as_ref())?
+    let grpc = with_connection_age(grpc_server(tls.as_ref())?, cfg.connection_age_max_ms)
         .add_service(Budgeted::new(rls, Arc::clone(&budget)))
         .add_service(Budgeted::new(admit, Arc::clone(&budget)));
     let grpc_listener = cfg.grpc_listen()?.bind().await?;

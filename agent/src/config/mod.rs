@@ -14,6 +14,7 @@
 //! decide_timeout_ms: 500             # wait for the allocator's decision on exact policies
 //! policy_stale_after_ms: 300000      # allocator's policies unconfirmed this long: stale
 //! connections_max: 1024              # per listener; idle_timeout_ms, header_timeout_ms too
+//! connection_age_max_ms: 600000      # gRPC connections asked to go away after this long
 //! ratelimit_key_len_max: 4096        # longest envoyproxy/ratelimit key, bytes once encoded
 //! keys_max: 1048576                  # keys held at once; new ones past it share an overflow key
 //! ratelimit_count_denied: true       # refused hits count in their window, as that service's
@@ -210,6 +211,10 @@ pub struct AgentConfig {
     pub connections_max: Option<usize>,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
+    /// A gRPC connection open this long is asked to go away (HTTP/2 GOAWAY; its calls in
+    /// flight get `CONNECTION_AGE_GRACE_MS` more), in milliseconds: however it trickles,
+    /// no client keeps a connection slot for longer.
+    pub connection_age_max_ms: u64,
     /// An HTTP request's headers must arrive within this many milliseconds.
     pub header_timeout_ms: u64,
     /// Longest key of an envoyproxy/ratelimit rule, in bytes once encoded; a descriptor
@@ -260,6 +265,7 @@ impl Default for AgentConfig {
             policy_stale_after_ms: POLICY_STALE_AFTER_MS_DEFAULT,
             connections_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            connection_age_max_ms: crate::api::listen::CONNECTION_AGE_MAX_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
             ratelimit_key_len_max: crate::engine::ENVOY_KEY_LEN_MAX_DEFAULT,
             keys_max: crate::engine::KEYS_MAX_DEFAULT,

@@ -44,6 +44,8 @@ pub struct Overrides {
     pub connections_max: Option<usize>,
     /// `--idle-timeout-ms`.
     pub idle_timeout_ms: Option<u64>,
+    /// `--connection-age-max-ms`.
+    pub connection_age_max_ms: Option<u64>,
     /// `--header-timeout-ms`.
     pub header_timeout_ms: Option<u64>,
     /// `--ratelimit-key-len-max`.
@@ -108,6 +110,7 @@ impl AgentConfig {
         );
         set(&mut self.connections_max, flags.connections_max.map(Some));
         set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
+        set(&mut self.connection_age_max_ms, flags.connection_age_max_ms);
         set(&mut self.header_timeout_ms, flags.header_timeout_ms);
         set(
             &mut self.request_bytes_buffered_max,

@@ -20,6 +20,7 @@ decide_timeout_ms: 250
 policy_stale_after_ms: 60000
 connections_max: 64
 idle_timeout_ms: 30000
+connection_age_max_ms: 60000
 header_timeout_ms: 2000
 ratelimit_key_len_max: 8192
 keys_max: 65536
@@ -79,6 +80,7 @@ fn every_field_is_read_from_the_file() {
         policy_stale_after_ms: 60_000,
         connections_max: Some(64),
         idle_timeout_ms: 30_000,
+        connection_age_max_ms: 60_000,
         header_timeout_ms: 2_000,
         ratelimit_key_len_max: 8192,
         keys_max: 65_536,

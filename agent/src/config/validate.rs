@@ -63,6 +63,7 @@ impl AgentConfig {
         for (field, ms) in [
             ("idle_timeout_ms", self.idle_timeout_ms),
             ("header_timeout_ms", self.header_timeout_ms),
+            ("connection_age_max_ms", self.connection_age_max_ms),
         ] {
             if !(1..=LISTENER_TIMEOUT_MS_MAX).contains(&ms) {
                 return Err(invalid(

@@ -6,7 +6,7 @@ pub mod config;
 pub mod credit;
 pub mod engine;
 pub mod exact;
-pub mod heap;
+pub use leasehold_proto::heap;
 pub mod lease;
 pub mod limiter_store;
 pub mod reload;

@@ -115,4 +115,25 @@ async fn half_sent_lease_calls_pin_at_most_the_budget_and_time_out() {
         metric(http, "leasehold_request_budget_refused_total").await,
         Some(refused as u64)
     );
+
+    // The memory the refused and timed-out calls held is back with the system. (These
+    // buffers are large enough for malloc to map and unmap them on their own; the node's
+    // periodic trim matters for bursts of smaller calls, as the agent's tests show.)
+    drop(held);
+    let ended = Instant::now();
+    let mut after = rss_bytes(pid);
+    while ended.elapsed() < Duration::from_secs(11) && after > base + 16 * MIB {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        after = rss_bytes(pid);
+    }
+    eprintln!(
+        "{} MiB {:?} after the calls ended",
+        after / MIB,
+        ended.elapsed()
+    );
+    assert!(
+        after <= base + 16 * MIB,
+        "resident memory still {} MiB above its baseline after the calls ended",
+        (after - base) / MIB
+    );
 }

@@ -41,6 +41,7 @@ pub const ADMIN_MESSAGE_LEN_MAX: usize = BACKUP_LEN_MAX + 1024 * 1024;
 /// has seen from the holder for that key, so the holder can continue above it.
 pub const LAST_REQUEST_ID_METADATA_KEY: &str = "leasehold-last-request-id";
 
+pub mod heap;
 pub mod transport;
 
 /// Leasehold's own protocols.

@@ -119,6 +119,7 @@ async fn main() -> Result<()> {
         shutdown_signal().await;
         let _ = tx.send(true);
     });
+    leasehold_proto::heap::spawn_trim();
     server::run(cfg, rx).await?;
     Ok(())
 }

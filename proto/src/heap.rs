@@ -4,7 +4,8 @@
 //! eight per core) for reuse, and gives back only the top of the main heap by itself. A
 //! burst of large gRPC requests spread over the runtime's threads therefore left the
 //! agent's resident memory at its peak (1.4 GB after 1 600 calls of 3.8 MB) long after the
-//! callers left. `malloc_trim(0)` returns the free pages of every arena; it costs well under
+//! callers left, and an allocator node the same after a burst of large lease or admin
+//! calls. `malloc_trim(0)` returns the free pages of every arena; it costs well under
 //! a millisecond when there is little to give back, so running it every few seconds is
 //! cheap. Other allocators (musl, jemalloc) return memory on their own terms; this does
 //! nothing there.

@@ -315,3 +315,17 @@ async fn resident_memory_returns_after_a_burst_of_large_calls() {
     );
     honest_call(agent.grpc).await.unwrap();
 }
+
+/// A rate-limit call whose body is not a protobuf message is the caller's error:
+/// `INVALID_ARGUMENT`, not `INTERNAL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_does_not_decode_is_an_invalid_argument() {
+    let _serial = SERIAL.lock().await;
+    let agent = start(BUDGET_BYTES).await;
+    let garbage = Bytes::from_static(&[0, 0, 0, 0, 3, 0xff, 0xff, 0xff]);
+    let (_sends, answers) = streams(agent.grpc, garbage, true, 1).await;
+    for a in answers {
+        assert_eq!(a.await.unwrap(), Some(3), "INVALID_ARGUMENT");
+    }
+    honest_call(agent.grpc).await.unwrap();
+}

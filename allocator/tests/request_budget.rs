@@ -137,3 +137,19 @@ async fn half_sent_lease_calls_pin_at_most_the_budget_and_time_out() {
         (after - base) / MIB
     );
 }
+
+/// A lease call whose body is not a protobuf message is the caller's error, not the
+/// server's: `INVALID_ARGUMENT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_does_not_decode_is_an_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let raft = "{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}";
+    let (config, server) = insecure_node_config(dir.path(), raft);
+    let _node = start_node(&config, &server, &dir.path().join("node.log"));
+    // A gRPC frame of three bytes that are no protobuf message (a field of wire type 7).
+    let garbage = Bytes::from_static(&[0, 0, 0, 0, 3, 0xff, 0xff, 0xff]);
+    let (_sends, answers) = open_streams(server.parse().unwrap(), PATH, garbage, true, 1).await;
+    for a in answers {
+        assert_eq!(a.await.unwrap(), Some(3), "INVALID_ARGUMENT");
+    }
+}

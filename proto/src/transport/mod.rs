@@ -44,6 +44,7 @@
 
 mod auth;
 mod channel;
+pub mod decode_status;
 mod http_serve;
 pub mod identity;
 mod limits;

@@ -14,6 +14,7 @@
 //! half-sent calls cannot fill the budget against them. Small half-sent calls can, but only
 //! for the body deadline.
 
+use super::decode_status::DecodeStatus;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
@@ -121,7 +122,8 @@ impl RequestBudget {
     }
 }
 
-/// A gRPC service whose request bodies are counted against a [`RequestBudget`].
+/// A gRPC service whose request bodies are counted against a [`RequestBudget`], and whose
+/// answer to a request that does not decode is `INVALID_ARGUMENT` ([`DecodeStatus`]).
 #[derive(Clone, Debug)]
 pub struct Budgeted<S> {
     inner: S,
@@ -139,22 +141,24 @@ impl<S: NamedService> NamedService for Budgeted<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, B> Service<http::Request<B>> for Budgeted<S>
+impl<S, B, R> Service<http::Request<B>> for Budgeted<S>
 where
-    S: Service<http::Request<BudgetedBody<B>>>,
+    S: Service<http::Request<BudgetedBody<B>>, Response = http::Response<R>>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = DecodeStatus<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> S::Future {
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let budget = Arc::clone(&self.budget);
-        self.inner
-            .call(req.map(|body| BudgetedBody::new(body, budget)))
+        DecodeStatus::new(
+            self.inner
+                .call(req.map(|body| BudgetedBody::new(body, budget))),
+        )
     }
 }
 

@@ -25,6 +25,11 @@ use super::types::TypeConfig;
 /// calls from each other node waiting at once; every caller is authenticated by mutual TLS.
 pub const PENDING_ACCEPT_RESETS_MAX: usize = 256;
 
+/// Calls open at once on one connection (tonic sets no bound of its own): far more than a
+/// region's or an agent's connection carries (its calls are bounded by the client's own
+/// in-flight limits), while a client opening streams without end is refused past it.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 1_024;
+
 /// Serves the Raft endpoint on the connections of `incoming` until `stop` turns true.
 pub(super) fn serve<S, IO, IE>(
     config: &NodeConfig,
@@ -60,7 +65,8 @@ where
         gate,
     );
     let mut server = tonic::transport::Server::builder()
-        .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS_MAX));
+        .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS_MAX))
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
     if let Some(tls) = &transport.server_tls {
         server = server
             .tls_config(tls.clone())

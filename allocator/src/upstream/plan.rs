@@ -32,7 +32,7 @@ impl Default for PlanSettings {
             idle_release_ms: 30_000,
             keep_wants_max: 2,
             keys_per_round_max: 4_096,
-            ended_settle_ms: 250,
+            ended_settle_ms: 750,
         }
     }
 }

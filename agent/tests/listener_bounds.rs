@@ -134,15 +134,15 @@ async fn slow_clients_cost_bounded_sockets_and_an_honest_client_is_still_served(
     assert!(served < Duration::from_secs(6), "{served:?}");
 }
 
-/// An HTTP/2 client that keeps its connection busy without ever making a call: the
-/// connection preface, then a PING every 300 ms. The idle timeout never fires for it; the
-/// connection's age bound must.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_kept_busy_without_calls_is_closed_at_its_age_bound() {
-    const AGE_MS: u64 = 1_000;
+/// The age bound of the tests below, in milliseconds.
+const AGE_MS: u64 = 1_000;
+
+/// An agent whose gRPC connections are asked to go away after [`AGE_MS`], serving; its
+/// gRPC address.
+async fn aging_agent() -> (Agent, SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let (grpc, http) = (free_addr(), free_addr());
-    let _agent = start_with(
+    let agent = start_with(
         grpc,
         http,
         dir.path(),
@@ -153,6 +153,15 @@ async fn a_connection_kept_busy_without_calls_is_closed_at_its_age_bound() {
         assert!(Instant::now() < deadline, "agent did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (agent, grpc, dir)
+}
+
+/// An HTTP/2 client that keeps its connection busy without ever making a call: the
+/// connection preface, then a PING every 300 ms. The idle timeout never fires for it; the
+/// connection's age bound must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_kept_busy_without_calls_is_closed_at_its_age_bound() {
+    let (_agent, grpc, _dir) = aging_agent().await;
     let s = TcpStream::connect(grpc).await.unwrap();
     let (mut rd, mut wr) = s.into_split();
     let started = Instant::now();
@@ -210,20 +219,7 @@ async fn calls_go_on_across_the_age_bound() {
     };
     use leasehold_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
-    const AGE_MS: u64 = 1_000;
-    let dir = tempfile::tempdir().unwrap();
-    let (grpc, http) = (free_addr(), free_addr());
-    let _agent = start_with(
-        grpc,
-        http,
-        dir.path(),
-        &["--connection-age-max-ms", &AGE_MS.to_string()],
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while healthz(http).await.is_err() {
-        assert!(Instant::now() < deadline, "agent did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (_agent, grpc, _dir) = aging_agent().await;
     let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
         .await
         .unwrap();

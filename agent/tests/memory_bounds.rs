@@ -7,7 +7,7 @@
 mod h2_support;
 
 use bytes::Bytes;
-use h2_support::{open_streams, rss_bytes, Streams};
+use h2_support::{open_streams, rss_bytes, rss_settled, Streams};
 use leasehold_proto::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -287,19 +287,14 @@ async fn resident_memory_returns_after_a_burst_of_large_calls() {
     }
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let peak = sampler.await.unwrap().max(rss_bytes(pid));
-    let ended = Instant::now();
-    let mut after = rss_bytes(pid);
     // Two trims' worth of time.
-    while ended.elapsed() < Duration::from_secs(11) && after > base + 16 * MIB {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        after = rss_bytes(pid);
-    }
+    let (after, waited) = rss_settled(pid, base, 16 * MIB, Duration::from_secs(11)).await;
     eprintln!(
         "burst: base {} KiB, peak {} KiB, {} KiB after {:?}",
         base / 1024,
         peak / 1024,
         after / 1024,
-        ended.elapsed()
+        waited
     );
     assert!(
         peak > base + 32 * MIB,
@@ -310,7 +305,7 @@ async fn resident_memory_returns_after_a_burst_of_large_calls() {
         after <= base + 16 * MIB,
         "resident memory still {} MiB above its baseline {:?} after the burst (peak +{} MiB)",
         (after - base) / MIB,
-        ended.elapsed(),
+        waited,
         (peak - base) / MIB
     );
     honest_call(agent.grpc).await.unwrap();

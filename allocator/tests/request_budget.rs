@@ -7,7 +7,7 @@ mod h2_support;
 mod process_support;
 
 use bytes::Bytes;
-use h2_support::{metric, open_streams, rss_bytes, Streams};
+use h2_support::{metric, open_streams, rss_bytes, rss_settled, Streams};
 use process_support::{ctl_insecure, insecure_node_config, json, start_node};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -120,17 +120,8 @@ async fn half_sent_lease_calls_pin_at_most_the_budget_and_time_out() {
     // buffers are large enough for malloc to map and unmap them on their own; the node's
     // periodic trim matters for bursts of smaller calls, as the agent's tests show.)
     drop(held);
-    let ended = Instant::now();
-    let mut after = rss_bytes(pid);
-    while ended.elapsed() < Duration::from_secs(11) && after > base + 16 * MIB {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        after = rss_bytes(pid);
-    }
-    eprintln!(
-        "{} MiB {:?} after the calls ended",
-        after / MIB,
-        ended.elapsed()
-    );
+    let (after, waited) = rss_settled(pid, base, 16 * MIB, Duration::from_secs(11)).await;
+    eprintln!("{} MiB {:?} after the calls ended", after / MIB, waited);
     assert!(
         after <= base + 16 * MIB,
         "resident memory still {} MiB above its baseline after the calls ended",

@@ -84,3 +84,20 @@ pub async fn metric(http: SocketAddr, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// Resident memory of `pid` once it is within `slack` bytes of `base`, or after `within`
+/// if it never gets there; and how long that took.
+pub async fn rss_settled(
+    pid: u32,
+    base: usize,
+    slack: usize,
+    within: Duration,
+) -> (usize, Duration) {
+    let started = std::time::Instant::now();
+    let mut rss = rss_bytes(pid);
+    while started.elapsed() < within && rss > base + slack {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        rss = rss_bytes(pid);
+    }
+    (rss, started.elapsed())
+}

@@ -2,12 +2,12 @@
 //! all or none, priority, route-based cost, decision ids.
 
 use super::dims::{DimensionRules, RequestDimension};
-use crate::engine::{source_of, AdmitRequest, DenyReason, Dimension, Engine, Outcome};
+use crate::engine::{AdmitRequest, DenyReason, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use leasehold_common::time::{Clock, SystemClock};
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admit_service_server::{AdmitService, AdmitServiceServer};
-use leasehold_proto::transport::Peer;
+use leasehold_proto::transport::source_of;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -84,13 +84,9 @@ fn reason(o: Outcome) -> pb::Reason {
 /// where there is one (each gateway has its own), else the peer's IP address; 0 when
 /// neither is known (a Unix socket).
 fn caller_source<T>(req: &Request<T>) -> u32 {
-    let peer = Peer {
-        cert: req
-            .peer_certs()
-            .and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
-        ip: req.remote_addr().map(|a| a.ip()),
-    };
-    peer.identity().map_or(0, |id| source_of(&id))
+    let certs = req.peer_certs();
+    let cert = certs.as_deref().and_then(|c| c.first()).map(|c| c.as_ref());
+    source_of(cert, req.remote_addr().map(|a| a.ip()))
 }
 
 fn request_of<'a>(

@@ -3,7 +3,7 @@
 
 use super::dims::{DimensionError, DimensionRules, RequestDimension};
 use super::request_budget::RequestBudget;
-use crate::engine::{source_of, AdmitRequest, Decision, Dimension, Engine, Outcome};
+use crate::engine::{AdmitRequest, Decision, Dimension, Engine, Outcome};
 use crate::exact::ExactGate;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -136,9 +136,7 @@ async fn admit(
     body: Result<Json<AdmitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     // Who calls, for sharing out first leases: the client certificate or address.
-    let source = peer
-        .and_then(|axum::Extension(p)| p.identity())
-        .map_or(0, |id| source_of(&id));
+    let source = peer.map_or(0, |axum::Extension(p)| p.source());
     let body = match body {
         Ok(Json(b)) => b,
         // 413 for a body over the limit and 415 for a wrong content type, as the rejection

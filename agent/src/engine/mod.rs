@@ -123,7 +123,7 @@ pub use overrides::{OverrideError, OverrideRule, ENVOY_OVERRIDES_MAX};
 pub use policy::Emergency;
 pub use policy_sync::PolicySyncStats;
 pub use protect::SelfProtection;
-pub use request::{source_of, AdmitRequest, Dimension, Target};
+pub use request::{AdmitRequest, Dimension, Target};
 pub use results::Results;
 pub use rules::{EngineError, RuleSource, ENVOY_POLICY_VERSION};
 pub use saved::{SavedLimiter, SavedState};

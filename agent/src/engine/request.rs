@@ -74,13 +74,3 @@ impl<'a> AdmitRequest<'a> {
         }
     }
 }
-
-/// A source for [`AdmitRequest::source`] from what identifies a caller (its address or
-/// certificate name): never 0, which stands for unknown.
-pub fn source_of(caller: &[u8]) -> u32 {
-    // FNV-1a: stable across runs and cheap; sources only need to differ, not to be secret.
-    let hash = caller.iter().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    });
-    hash.max(1)
-}

@@ -6,7 +6,7 @@ use crate::engine::Emergency;
 use leasehold_client::{GrantorError, WatchStream};
 use leasehold_common::policy::{Policy, PolicyVersion};
 use leasehold_common::rate::Rate;
-use leasehold_common::time::Nanos;
+use leasehold_common::time::{Clock, Nanos, WallClock};
 use leasehold_proto::leasehold::v1 as pb;
 use pb::watch_event::Event;
 use std::collections::BTreeMap;
@@ -53,12 +53,6 @@ impl Watching {
         };
         self.silent_at = now.saturating_add_ns(silence);
     }
-}
-
-fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An allocator's switch as the engine applies it; None if it names no usable mode.
@@ -128,7 +122,7 @@ impl LeaseManager {
         w.after_seq = w.after_seq.max(ev.seq);
         if let Some(engine) = &self.engine {
             // Whatever the stream delivers, it is the grantor's state up to now.
-            engine.policies_confirmed(unix_ms_now());
+            engine.policies_confirmed(WallClock.now().0 / 1_000_000);
         }
         match ev.event {
             Some(Event::Heartbeat(hb)) => {

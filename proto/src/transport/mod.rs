@@ -69,7 +69,7 @@ pub use limits::{
     ensure_open_files, fit_connections, limited, Accept, Limited, ListenerLimits, OpenFilesError,
     CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, IDLE_TIMEOUT_MS_DEFAULT, OPEN_FILES_HEADROOM,
 };
-pub use peer::{Peer, PeerOf};
+pub use peer::{source_of, Peer, PeerOf};
 pub use pem::{PemKind, TlsConfigError, TlsPaths, TlsPem, PEM_FILE_LEN_MAX};
 pub use pki::{
     DevPki, IssuedCert, PkiError, PkiSpec, NOT_BEFORE_BACKDATE_S, PKI_HOSTS_MAX,

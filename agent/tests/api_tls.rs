@@ -2,7 +2,7 @@
 //! a certificate from the configured CA is answered; a client without a certificate, or with
 //! one from another CA, is refused at the handshake. Also through the binary's `--tls-*` flags.
 
-use leasehold_agent::api::listen::{grpc_server, serve_grpc, ListenAddr};
+use leasehold_agent::api::listen::{grpc_server, grpc_tls_config, serve_grpc, ListenAddr};
 use leasehold_agent::api::rls::RlsServer;
 use leasehold_agent::config::AgentConfig;
 use leasehold_agent::engine::{Engine, RuleSource};
@@ -48,19 +48,24 @@ async fn start(cfg: &AgentConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<(
     let clock = SystemClock::new();
     let engine = Arc::new(Engine::builder().start(clock.now()).build(rules).unwrap());
     let tls = cfg.listen_tls_pem().unwrap();
-    let router = grpc_server(tls.as_ref())
-        .unwrap()
-        .add_service(RateLimitServiceServer::new(RlsServer::new(
-            engine, clock, false,
-        )));
+    let router = grpc_server().add_service(RateLimitServiceServer::new(RlsServer::new(
+        engine, clock, false,
+    )));
     let listener = cfg.grpc_listen().unwrap().bind().await.unwrap();
     let ListenAddr::Tcp(addr) = listener.local_addr().unwrap() else {
         unreachable!("bound to TCP")
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_grpc(router, listener, cfg.grpc_limits(64), async {
-        let _ = stopped.await;
-    }));
+    let tls = tls.as_ref().map(|t| grpc_tls_config(t).unwrap());
+    tokio::spawn(serve_grpc(
+        router,
+        listener,
+        tls,
+        cfg.grpc_limits(64),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     (addr, stop)
 }
 

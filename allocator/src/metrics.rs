@@ -5,6 +5,8 @@
 //! cost nothing between scrapes. Labels are policy ids, never keys or holders, so the number
 //! of series stays bounded by the number of policies (P4).
 
+mod listener;
+
 use crate::policy_bounds::{policy_bounds, PolicyBound};
 use crate::rpc_timer::RpcTimer;
 use leasehold_common::ledger::Ledger;
@@ -225,53 +227,6 @@ fn encode_bounds(
     Ok(())
 }
 
-#[derive(Debug)]
-struct BudgetCollector(Arc<RequestBudget>);
-
-impl Collector for BudgetCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
-        use prometheus_client::metrics::MetricType::{Counter, Gauge};
-        let b = &self.0;
-        let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        let figures = [
-            (
-                "leasehold_request_bytes_buffered",
-                "Lease and admin request bytes buffered now, across all calls.",
-                Gauge,
-                bytes(b.buffered_bytes()),
-            ),
-            (
-                "leasehold_request_bytes_buffered_max",
-                "Most lease and admin request bytes buffered at once (listener.request_bytes_buffered_max).",
-                Gauge,
-                bytes(b.max_bytes()),
-            ),
-            (
-                "leasehold_request_budget_refused",
-                "Calls answered RESOURCE_EXHAUSTED because listener.request_bytes_buffered_max was reached.",
-                Counter,
-                b.refused(),
-            ),
-            (
-                "leasehold_request_body_timeouts",
-                "Calls answered DEADLINE_EXCEEDED because their body took longer than listener.request_body_timeout_ms.",
-                Counter,
-                b.timed_out(),
-            ),
-        ];
-        for (name, help, kind, value) in figures {
-            let counter = matches!(kind, Counter);
-            let metric = encoder.encode_descriptor(name, help, None, kind)?;
-            if counter {
-                ConstCounter::new(value).encode(metric)?;
-            } else {
-                ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The node's metric registry and the handles drivers update.
 pub struct AllocatorMetrics {
     registry: Registry,
@@ -345,10 +300,11 @@ impl AllocatorMetrics {
         }
     }
 
-    /// Exports the lease and admin services' request budget.
-    pub fn register_request_budget(&mut self, budget: Arc<RequestBudget>) {
+    /// Exports the gRPC listener's bounds: the lease and admin services' request budget,
+    /// and the TLS handshakes.
+    pub fn register_listener(&mut self, budget: Arc<RequestBudget>) {
         self.registry
-            .register_collector(Box::new(BudgetCollector(budget)));
+            .register_collector(Box::new(listener::ListenerCollector(budget)));
     }
 
     /// The Prometheus text exposition of every metric.

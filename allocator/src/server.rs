@@ -19,8 +19,9 @@ use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::request_budget::{Budgeted, RequestBudget};
 use leasehold_proto::transport::{
-    cluster_member_id, ensure_crypto_provider, fit_connections, server_tls_config, AuthMode,
-    ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
+    cluster_member_id, ensure_crypto_provider, fit_connections, grpc_rustls_config,
+    handshakes_max_for, AuthMode, ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths,
+    TlsPem,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,7 +81,7 @@ fn security(cfg: &AllocatorConfig) -> Result<(TransportConfig, AuthMode), Server
     .load()
     .map_err(|e| ServerError::Config(e.to_string()))?;
     check_own_identity(cfg, &pem)?;
-    let server = server_tls_config(&pem).map_err(|e| ServerError::Config(e.to_string()))?;
+    let server = grpc_rustls_config(&pem).map_err(|e| ServerError::Config(e.to_string()))?;
     let client = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(&pem.ca))
         .identity(tonic::transport::Identity::from_pem(&pem.cert, &pem.key));
@@ -130,7 +131,8 @@ pub async fn run(
         public_key = hex::encode(signer.public_key()),
         "lease signing key (list the public key in a delegated cluster's trusted_upstream_keys)"
     );
-    let (transport, auth) = security(&cfg)?;
+    let (mut transport, auth) = security(&cfg)?;
+    transport.tls_handshakes_max = handshakes_max_for(connections_max);
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
     let cluster = Arc::new(RaftCluster {
         node: late.clone(),
@@ -226,7 +228,7 @@ pub async fn run(
         },
         rpc,
     );
-    metrics.register_request_budget(budget);
+    metrics.register_listener(budget);
     let metrics = Arc::new(metrics);
     let ready: ReadinessCheck = {
         let node = node.clone();

@@ -9,6 +9,9 @@ mod process_support;
 
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admit_service_client::AdmitServiceClient;
+use leasehold_proto::transport::{
+    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
+};
 use process_support::{
     ctl_insecure, free_port, spawn_logged, start_insecure_allocator, wait_agent_ready, Proc,
 };
@@ -198,5 +201,154 @@ async fn existing_tenants_keep_their_service_and_memory_levels_off_under_a_key_s
     assert!(
         last_peak <= middle_peak + middle_peak / 10,
         "agent RSS still growing: {middle_peak} KiB then {last_peak} KiB ({rss:?})"
+    );
+}
+
+/// The second caller asks for a new key every this many milliseconds...
+const OTHER_EVERY_MS: u64 = 50;
+/// ...and asks for it again this long after, when it should hold a lease.
+const OTHER_CHECK_AFTER: Duration = Duration::from_secs(1);
+/// Least share of the second caller's keys holding a lease at their check, in percent.
+const OTHER_SERVED_MIN_PCT: usize = 80;
+/// First leases the fairness test's agent asks for per second: far fewer than the spray's
+/// keys, twice the second caller's.
+const FAIR_ACQUIRES_PER_S: u64 = 40;
+/// How long each spray of the fairness test lasts.
+const FAIR_SPRAY_S: u64 = 12;
+
+/// The agent binary leasing from the insecure cluster at `server`, its gateway listeners
+/// under mutual TLS with the certificates in `dir/certs`, so callers are told apart by
+/// certificate; waits until it answers `caller`.
+async fn start_agent_tls(dir: &std::path::Path, server: &str, caller: &ChannelFactory) -> Agent {
+    let (grpc, http) = (free_port(), free_port());
+    let c = dir.join("certs");
+    let mut cmd = Command::new(process_support::agent_binary());
+    cmd.args(["--allocator", server, "--insecure", "--holder-id", "gw-1"])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        // Room for every key of the test: past the table's bound new keys would share the
+        // policy's overflow key instead of waiting for leases of their own.
+        .args(["--keys-max", "200000"])
+        // First leases scarcer than the spray's keys, whatever the machine's speed.
+        .args(["--acquire-rate-max-per-s", &FAIR_ACQUIRES_PER_S.to_string()])
+        .arg("--tls-ca")
+        .arg(c.join("ca.pem"))
+        .arg("--tls-cert")
+        .arg(c.join("agent-gw-1.pem"))
+        .arg("--tls-key")
+        .arg(c.join("agent-gw-1-key.pem"));
+    let proc = spawn_logged(cmd, &dir.join("agent-tls.log"));
+    let grpc = format!("127.0.0.1:{grpc}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut client = AdmitServiceClient::new(caller.channel(&grpc).unwrap());
+        if client.admit(request("warm-up")).await.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never answered over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Agent { proc, grpc }
+}
+
+fn caller(pki: &DevPki, name: &str) -> ChannelFactory {
+    let transport = ClientTransport::MutualTls {
+        pem: pki.tls_pem(Role::Agent, name).unwrap(),
+        server_name: Some("localhost".into()),
+    };
+    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
+}
+
+/// Sprays new keys as `sprayer` for `FAIR_SPRAY_S` while `other` asks for each of its own
+/// new keys once and again `OTHER_CHECK_AFTER` later: how many of those second asks were
+/// admitted, of how many, and how many keys were sprayed. Keys are prefixed with `run`.
+async fn fair_share(
+    agent: &Agent,
+    sprayer: &ChannelFactory,
+    other: &ChannelFactory,
+    run: &str,
+) -> (usize, usize, u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sprayers: Vec<_> = (0..SPRAYERS)
+        .map(|i| {
+            let ch = sprayer.channel(&agent.grpc).unwrap();
+            tokio::spawn(spray(ch, i, Arc::clone(&stop), Arc::clone(&sent)))
+        })
+        .collect();
+    let mut client = AdmitServiceClient::new(other.channel(&agent.grpc).unwrap());
+    let mut asked: std::collections::VecDeque<(String, Instant)> = Default::default();
+    let (mut checked, mut served) = (0, 0);
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(FAIR_SPRAY_S) {
+        // The spray's first second fills the queues; keys asked from then on are counted.
+        if started.elapsed() >= Duration::from_secs(1) {
+            let key = format!("{run}-other-{n}");
+            n += 1;
+            client.admit(request(&key)).await.unwrap();
+            asked.push_back((key, Instant::now()));
+        }
+        while asked
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() >= OTHER_CHECK_AFTER)
+        {
+            let (key, _) = asked.pop_front().expect("present");
+            let answer = client.admit(request(&key)).await.unwrap().into_inner();
+            checked += 1;
+            served += usize::from(admitted(&answer, &key));
+        }
+        tokio::time::sleep(Duration::from_millis(OTHER_EVERY_MS)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in sprayers {
+        s.await.unwrap();
+    }
+    (served, checked, sent.load(Ordering::Relaxed))
+}
+
+/// First leases are shared out per caller, and callers are told apart by their client
+/// certificates: a gateway asking once per key still gets leases while another sprays new
+/// keys as fast as the agent answers. The same gateway behind the sprayer's certificate is
+/// one caller with it, and then most of its keys wait behind the spray.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_asking_once_per_key_gets_first_leases_beside_a_spraying_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = PkiSpec::local(&[], &["gw-1", "sprayer", "other"], &[]);
+    let pki = DevPki::generate(&spec, std::time::SystemTime::now()).unwrap();
+    pki.write_to(&dir.path().join("certs"), true).unwrap();
+    let (_node, server) = start_insecure_allocator(dir.path());
+    let file = dir.path().join("api.yaml");
+    std::fs::write(&file, POLICY).unwrap();
+    let out = ctl_insecure(&server, &["policy", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let (sprayer, other) = (caller(&pki, "sprayer"), caller(&pki, "other"));
+    let agent = start_agent_tls(dir.path(), &server, &other).await;
+
+    let (apart, apart_checked, apart_sprayed) = fair_share(&agent, &sprayer, &other, "apart").await;
+    let (together, together_checked, together_sprayed) =
+        fair_share(&agent, &sprayer, &sprayer, "together").await;
+    eprintln!(
+        "own certificate: {apart} of {apart_checked} keys held a lease {OTHER_CHECK_AFTER:?} after their first ask \
+         ({apart_sprayed} keys sprayed); the sprayer's certificate: {together} of {together_checked} \
+         ({together_sprayed} sprayed)"
+    );
+    assert!(apart_checked >= 100, "{apart_checked} keys checked");
+    assert!(
+        apart_sprayed as usize > 4 * apart_checked,
+        "the spray outnumbered the gateway's keys"
+    );
+    assert!(
+        apart * 100 >= apart_checked * OTHER_SERVED_MIN_PCT,
+        "{apart} of {apart_checked} of the gateway's keys held a lease"
+    );
+    // Told apart from the sprayer only by its certificate: sharing it loses most of that.
+    assert!(
+        together * 100 < together_checked * OTHER_SERVED_MIN_PCT / 2,
+        "{together} of {together_checked} keys held a lease behind the sprayer's certificate: \
+         the test's spray does not crowd out first leases"
     );
 }

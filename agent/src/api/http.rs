@@ -278,6 +278,8 @@ async fn metrics(State(h): State<Http>) -> impl IntoResponse {
             let mut text = super::metrics::render(&h.engine.stats(), h.gate.counters());
             if let Some(b) = &h.budget {
                 text.push_str(&super::metrics::render_request_budget(b));
+                let handshakes = leasehold_proto::transport::handshake_stats();
+                text.push_str(&super::metrics::render_handshakes(handshakes));
             }
             text
         },

@@ -2,10 +2,9 @@
 //! and serving gRPC (plaintext or mutual TLS) or HTTP on an already-bound listener until a
 //! shutdown future completes.
 
-use super::tls_listen::tls_established;
 use leasehold_proto::transport::{
-    limited, rustls_server_config, serve_http1, server_builder, ListenerLimits, ServeError,
-    TlsConfigError, TlsPem, HEADER_TIMEOUT_MS_DEFAULT,
+    grpc_rustls_config, handshakes_max_for, limited, rustls_server_config, serve_http1,
+    tls_established, ListenerLimits, TlsConfigError, TlsPem, HEADER_TIMEOUT_MS_DEFAULT,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -177,37 +176,60 @@ pub fn with_connection_age(server: Server, age_max_ms: u64) -> Server {
         .max_connection_age_grace(std::time::Duration::from_millis(CONNECTION_AGE_GRACE_MS))
 }
 
-/// A gRPC server builder: mutual TLS when `tls` is given (every client must present a
-/// certificate that chains to `tls.ca`; others fail the handshake), plaintext otherwise.
-///
-/// The agent accepts any certificate from its CA and does not ask for a Leasehold role:
-/// its callers are gateways, whose certificates come from the operator's own CA.
-pub fn grpc_server(tls: Option<&TlsPem>) -> Result<Server, ServeError> {
-    Ok(server_builder(tls)?
+/// The gRPC server builder, with the agent's per-connection bounds. TLS is not tonic's: see
+/// [`serve_grpc`].
+pub fn grpc_server() -> Server {
+    Server::builder()
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
         // Adaptive windows ping to estimate bandwidth-delay; fixed windows above already
         // exceed anything a rate-limit call sends.
-        .http2_adaptive_window(Some(false)))
+        .http2_adaptive_window(Some(false))
+}
+
+/// The gRPC listener's mutual TLS: every client must present a certificate that chains to
+/// `tls.ca`; others fail the handshake. HTTP/2 only.
+///
+/// The agent accepts any certificate from its CA and does not ask for a Leasehold role:
+/// its callers are gateways, whose certificates come from the operator's own CA.
+pub fn grpc_tls_config(tls: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError> {
+    grpc_rustls_config(tls)
 }
 
 /// Serves a gRPC router on `listener` until `shutdown` completes, then waits for open
-/// calls to finish. At most `limits.connections_max` connections are open at once, and one
-/// silent for `limits.idle_timeout_ms` is closed. TCP connections get `TCP_NODELAY`.
+/// calls to finish: with mutual TLS under `tls` when given (see [`grpc_tls_config`]),
+/// plaintext otherwise. At most `limits.connections_max` connections are open at once,
+/// at most a quarter of them still in their TLS handshake (newer connections evict the
+/// oldest handshakes, so silent clients cannot keep others out), and one silent for
+/// `limits.idle_timeout_ms` is closed. TCP connections get `TCP_NODELAY`.
 pub async fn serve_grpc(
     router: Router,
     listener: Listener,
+    tls: Option<Arc<ServerConfig>>,
     limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    match listener {
-        Listener::Tcp(l) => {
+    let handshakes = handshakes_max_for(limits.connections_max);
+    match (listener, tls) {
+        (Listener::Tcp(l), Some(tls)) => {
+            let established = tls_established(limited(l, limits), tls, handshakes);
+            router
+                .serve_with_incoming_shutdown(established, shutdown)
+                .await
+        }
+        (Listener::Tcp(l), None) => {
             router
                 .serve_with_incoming_shutdown(limited(l, limits), shutdown)
                 .await
         }
-        Listener::Unix(l) => {
+        (Listener::Unix(l), Some(tls)) => {
+            let established = tls_established(limited(l, limits), tls, handshakes);
+            router
+                .serve_with_incoming_shutdown(established, shutdown)
+                .await
+        }
+        (Listener::Unix(l), None) => {
             router
                 .serve_with_incoming_shutdown(limited(l, limits), shutdown)
                 .await
@@ -251,7 +273,8 @@ pub async fn serve_http(
     let (conns, header_ms) = (limits.connections, limits.header_timeout_ms);
     match (listener, tls) {
         (Listener::Tcp(l), Some(tls)) => {
-            let established = tls_established(limited(l, conns), tls);
+            let handshakes = handshakes_max_for(conns.connections_max);
+            let established = tls_established(limited(l, conns), tls, handshakes);
             serve_http1(established, router, header_ms, shutdown).await
         }
         (Listener::Tcp(l), None) => {

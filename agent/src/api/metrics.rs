@@ -3,6 +3,7 @@
 use super::request_budget::RequestBudget;
 use crate::engine::EngineStats;
 use crate::exact::ExactCounters;
+use leasehold_proto::transport::HandshakeStats;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
@@ -187,6 +188,35 @@ pub fn render_request_budget(b: &RequestBudget) -> String {
                 "gRPC calls answered DEADLINE_EXCEEDED because their body took longer than request_body_timeout_ms.",
                 b.timed_out(),
             ),
+    ];
+    write_all(&mut out, metrics);
+    out
+}
+
+/// Renders the TLS handshakes of the agent's listeners in the Prometheus text format.
+pub fn render_handshakes(h: HandshakeStats) -> String {
+    let mut out = String::new();
+    let metrics = [
+        (
+            "tls_handshakes_in_progress",
+            "TLS handshakes under way on the gRPC and HTTP listeners.",
+            h.in_progress,
+        ),
+        (
+            "tls_handshakes_completed_total",
+            "TLS handshakes completed: the client presented a certificate of the CA.",
+            h.completed,
+        ),
+        (
+            "tls_handshakes_failed_total",
+            "TLS handshakes failed: no or a bad client certificate, a protocol error, a timeout.",
+            h.failed,
+        ),
+        (
+            "tls_handshakes_evicted_total",
+            "TLS handshakes abandoned to make room for a newer connection (a quarter of connections_max handshake at once per listener).",
+            h.evicted,
+        ),
     ];
     write_all(&mut out, metrics);
     out

@@ -11,4 +11,3 @@ pub use leasehold_proto::transport::request_budget;
 pub mod rls;
 pub mod rls_headers;
 mod rls_override;
-pub mod tls_listen;

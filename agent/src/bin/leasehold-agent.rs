@@ -15,7 +15,8 @@ use clap::Parser;
 use leasehold_agent::api::admit::{admit_service, AdmitServer};
 use leasehold_agent::api::http;
 use leasehold_agent::api::listen::{
-    grpc_server, http_tls_config, serve_grpc, serve_http, with_connection_age, Listener,
+    grpc_server, grpc_tls_config, http_tls_config, serve_grpc, serve_http, with_connection_age,
+    Listener,
 };
 use leasehold_agent::api::request_budget::Budgeted;
 use leasehold_agent::api::rls::{rls_service, RlsServer};
@@ -414,14 +415,16 @@ async fn run() -> Result<()> {
         cfg.response_headers,
     ));
     let admit = admit_service(AdmitServer::with_gate(Arc::clone(&gate), clock.clone()));
-    let grpc = with_connection_age(grpc_server(tls.as_ref())?, cfg.connection_age_max_ms)
+    let grpc = with_connection_age(grpc_server(), cfg.connection_age_max_ms)
         .add_service(Budgeted::new(rls, Arc::clone(&budget)))
         .add_service(Budgeted::new(admit, Arc::clone(&budget)));
     let grpc_listener = cfg.grpc_listen()?.bind().await?;
     tracing::info!(addr = %grpc_listener.local_addr()?, mtls = tls.is_some(), "gRPC (Envoy RLS, Admit) listening");
+    let grpc_tls = tls.as_ref().map(grpc_tls_config).transpose()?;
     let grpc_task = tokio::spawn(serve_grpc(
         grpc,
         grpc_listener,
+        grpc_tls,
         cfg.grpc_limits(connections_max),
         stopped(rx.clone()),
     ));

@@ -2,7 +2,9 @@
 //! services the node's hooks add, served on any stream of connections.
 
 use leasehold_proto::leasehold::v1::raft_service_server::RaftServiceServer;
-use leasehold_proto::transport::{cluster_member_id, AuthMode, PeerIdentity, Role};
+use leasehold_proto::transport::{
+    cluster_member_id, tls_established, AuthMode, PeerIdentity, Role,
+};
 use openraft::Raft;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -42,7 +44,7 @@ pub(super) fn serve<S, IO, IE>(
 where
     S: Stream<Item = Result<IO, IE>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     let max = transport.message_len_max_bytes;
     // Only members of this cluster may replicate, vote or install snapshots: any other
@@ -67,14 +69,8 @@ where
     let mut server = tonic::transport::Server::builder()
         .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS_MAX))
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
-    if let Some(tls) = &transport.server_tls {
-        server = server
-            .tls_config(tls.clone())
-            .map_err(|e| NodeError::InvalidConfig {
-                field: "server_tls",
-                reason: e.to_string(),
-            })?;
-    }
+    let tls = transport.server_tls.clone();
+    let handshakes_max = transport.tls_handshakes_max;
     let node_id = config.node_id;
     let mut router = server.add_service(service);
     if let Some(add) = services {
@@ -84,7 +80,18 @@ where
         let signal = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        if let Err(e) = router.serve_with_incoming_shutdown(incoming, signal).await {
+        // TLS is established here rather than by tonic, which would start a handshake for
+        // every connection and let silent clients hold every slot.
+        let served = match tls {
+            Some(tls) => {
+                let established = tls_established(incoming, tls, handshakes_max);
+                router
+                    .serve_with_incoming_shutdown(established, signal)
+                    .await
+            }
+            None => router.serve_with_incoming_shutdown(incoming, signal).await,
+        };
+        if let Err(e) = served {
             tracing::error!(node_id, error = %e, "raft endpoint failed");
         }
     }))

@@ -13,6 +13,7 @@ use std::time::Duration;
 use leasehold_proto::leasehold::v1::raft_service_client::RaftServiceClient;
 use leasehold_proto::leasehold::v1::RaftBytes;
 use leasehold_proto::transport::ConnectFn;
+use leasehold_proto::transport::{RustlsServerConfig, TLS_HANDSHAKES_MAX};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -23,7 +24,7 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint, ServerTlsConfig};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::campaign::Contact;
 use super::peer_calls::PeerCalls;
@@ -44,8 +45,10 @@ pub type PeerConnector = Arc<ConnectFn>;
 pub struct TransportConfig {
     /// TLS for outgoing connections; `None` connects over plaintext `http://`.
     pub client_tls: Option<ClientTlsConfig>,
-    /// TLS for the node's own Raft endpoint; `None` serves plaintext.
-    pub server_tls: Option<ServerTlsConfig>,
+    /// TLS for the node's own endpoint; `None` serves plaintext.
+    pub server_tls: Option<Arc<RustlsServerConfig>>,
+    /// TLS handshakes the endpoint runs at once; a newer connection evicts the oldest.
+    pub tls_handshakes_max: usize,
     /// Applied to each peer endpoint after the settings above.
     pub endpoint_hook: Option<EndpointHook>,
     /// Connects peer channels instead of `Endpoint::connect_lazy` over TCP.
@@ -61,6 +64,7 @@ impl Default for TransportConfig {
         Self {
             client_tls: None,
             server_tls: None,
+            tls_handshakes_max: TLS_HANDSHAKES_MAX,
             endpoint_hook: None,
             connector: None,
             connect_timeout_ms: 1_000,

@@ -156,7 +156,7 @@ impl<M: Machine> RaftNode<M> {
     where
         S: Stream<Item = Result<IO, IE>> + Send + 'static,
         IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
         let raft_config = Arc::new(config.raft_config()?);
         // A chunk travels with its metadata in one message; it must fit with room to spare.

@@ -55,6 +55,7 @@ mod pki_files;
 pub mod request_budget;
 mod rustls_server;
 mod tls;
+mod tls_accept;
 
 pub use auth::{
     check_acts_as, check_role, cluster_member_id, is_cluster_allocator, peer_identity,
@@ -76,8 +77,12 @@ pub use pki::{
     PKI_IDENTITIES_MAX, PKI_VALID_DAYS_MAX,
 };
 pub use pki_files::{cert_file_name, key_file_name, PkiFilesError, CA_CERT_FILE, CA_KEY_FILE};
-pub use rustls_server::rustls_server_config;
+pub use rustls::ServerConfig as RustlsServerConfig;
+pub use rustls_server::{grpc_rustls_config, rustls_server_config};
 pub use tls::{
     client_tls_config, ensure_crypto_provider, serve_router, server_builder, server_tls_config,
     ServeError, TLS_HANDSHAKE_TIMEOUT_MS,
+};
+pub use tls_accept::{
+    handshake_stats, handshakes_max_for, tls_established, HandshakeStats, TLS_HANDSHAKES_MAX,
 };

@@ -41,3 +41,9 @@ pub fn rustls_server_config(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }
+
+/// [`rustls_server_config`] for a gRPC listener that runs its own handshakes (see
+/// [`tls_established`](super::tls_established)): HTTP/2 offered, as tonic's own TLS does.
+pub fn grpc_rustls_config(pem: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError> {
+    rustls_server_config(pem, &[b"h2"])
+}

@@ -19,9 +19,8 @@ use leasehold_proto::leasehold::v1::admin_service_server::AdminServiceServer;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseServiceServer;
 use leasehold_proto::transport::request_budget::{Budgeted, RequestBudget};
 use leasehold_proto::transport::{
-    cluster_member_id, ensure_crypto_provider, fit_connections, grpc_rustls_config,
-    handshakes_max_for, AuthMode, ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths,
-    TlsPem,
+    cluster_member_id, ensure_crypto_provider, fit_connections, grpc_rustls_config, AuthMode,
+    ChannelFactory, ClientTransport, PeerIdentity, Role, TlsPaths, TlsPem,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -132,7 +131,7 @@ pub async fn run(
         "lease signing key (list the public key in a delegated cluster's trusted_upstream_keys)"
     );
     let (mut transport, auth) = security(&cfg)?;
-    transport.tls_handshakes_max = handshakes_max_for(connections_max);
+    transport.tls_limits = limits;
     let late: LateReplica<RaftNode<AllocatorState>> = LateReplica::default();
     let cluster = Arc::new(RaftCluster {
         node: late.clone(),

@@ -1,9 +1,9 @@
 //! The release binaries' TLS listeners under clients that connect and never send a
 //! ClientHello, reconnecting whenever they are cut off: the allocator's gRPC listener, and
 //! the agent's gRPC and HTTP listeners. Each listener holds few connections
-//! (`connections_max` 64), far fewer than the silent clients, yet a client with a
-//! certificate of the CA is served within seconds every time it asks, and the evictions
-//! show in the metrics. Left to tonic's own TLS, every slot stayed taken by silent clients
+//! (`connections_max` 64, so 16 handshakes at once, 4 per address), far fewer than the
+//! silent clients, yet a client with a certificate of the CA, from another address, is
+//! served within seconds every time it asks, and the evictions show in the metrics. Left to tonic's own TLS, every slot stayed taken by silent clients
 //! until their 10 s handshake timeout, over and over.
 
 mod process_support;
@@ -39,7 +39,8 @@ const HONEST_WAIT: Duration = Duration::from_secs(3);
 const HONEST_CALLS: usize = 8;
 
 /// Keeps `SILENT` connections to `addr` open without a byte sent, reopening each one
-/// `RECONNECT_MS` after the server closes it, until `stop`.
+/// `RECONNECT_MS` after the server closes it, until `stop`; from 127.0.0.2, an address
+/// of its own (honest clients connect from 127.0.0.1).
 fn flood(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<u64>> {
     (0..SILENT)
         .map(|_| {
@@ -47,7 +48,7 @@ fn flood(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle
             tokio::spawn(async move {
                 let mut cut_off = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(mut s) = TcpStream::connect(addr).await else {
+                    let Ok(mut s) = connect_from(ATTACKER, addr).await else {
                         tokio::time::sleep(Duration::from_millis(RECONNECT_MS)).await;
                         continue;
                     };
@@ -70,6 +71,15 @@ fn flood(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle
             })
         })
         .collect()
+}
+
+/// The silent clients' address.
+const ATTACKER: [u8; 4] = [127, 0, 0, 2];
+
+async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((ip, 0)))?;
+    socket.connect(addr).await
 }
 
 fn factory(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
@@ -140,6 +150,11 @@ fn http_get(port: u16, path: &str) -> String {
 }
 
 fn start_allocator(dir: &Path) -> (Proc, SocketAddr, u16) {
+    start_allocator_with(dir, "")
+}
+
+/// The allocator with `listener_extra` added to its `listener:` settings.
+fn start_allocator_with(dir: &Path, listener_extra: &str) -> (Proc, SocketAddr, u16) {
     let (grpc, http) = (free_port(), free_port());
     let (c, d) = (dir.join("certs"), dir.join("node"));
     let config = dir.join("node.yaml");
@@ -150,7 +165,7 @@ fn start_allocator(dir: &Path) -> (Proc, SocketAddr, u16) {
              advertise_addr: 127.0.0.1:{grpc}\ndata_dir: {d}\nsigning_key: {d}/lease-key.p8\n\
              bootstrap: [{{id: 1, addr: \"127.0.0.1:{grpc}\"}}]\n\
              tls: {{ca: {c}/ca.pem, cert: {c}/allocator-global-1.pem, key: {c}/allocator-global-1-key.pem}}\n\
-             listener: {{connections_max: {CONNECTIONS_MAX}}}\n\
+             listener: {{connections_max: {CONNECTIONS_MAX}{listener_extra}}}\n\
              raft: {{heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400}}\n",
             c = c.display(),
             d = d.display(),
@@ -261,22 +276,12 @@ async fn should_rate_limit(pki: &DevPki, addr: SocketAddr) -> Result<(), String>
         .map_err(|e| e.to_string())
 }
 
-/// GET /healthz over mutual TLS as `edge` on a new connection.
-async fn healthz_tls(pki: &DevPki, addr: SocketAddr) -> Result<(), String> {
-    let out = get_tls(pki, addr, "/healthz").await?;
-    if out.starts_with("HTTP/1.1 200") {
-        Ok(())
-    } else {
-        Err(format!("answered {out}"))
-    }
-}
-
-/// GET `path` over mutual TLS as `edge` on a new connection: the whole response.
-async fn get_tls(pki: &DevPki, addr: SocketAddr, path: &str) -> Result<String, String> {
+/// A mutual TLS client presenting `role`/`name`'s certificate.
+fn tls_connector(pki: &DevPki, role: Role, name: &str) -> tokio_rustls::TlsConnector {
     use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-    let pem = pki.tls_pem(Role::Agent, "edge").unwrap();
+    let pem = pki.tls_pem(role, name).unwrap();
     let mut roots = RootCertStore::empty();
     for der in CertificateDer::pem_slice_iter(pem.ca.as_bytes()) {
         roots.add(der.unwrap()).unwrap();
@@ -289,9 +294,25 @@ async fn get_tls(pki: &DevPki, addr: SocketAddr, path: &str) -> Result<String, S
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// GET /healthz over mutual TLS as `edge` on a new connection.
+async fn healthz_tls(pki: &DevPki, addr: SocketAddr) -> Result<(), String> {
+    let out = get_tls(pki, addr, "/healthz").await?;
+    if out.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(format!("answered {out}"))
+    }
+}
+
+/// GET `path` over mutual TLS as `edge` on a new connection: the whole response.
+async fn get_tls(pki: &DevPki, addr: SocketAddr, path: &str) -> Result<String, String> {
+    use tokio_rustls::rustls::pki_types::ServerName;
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let name = ServerName::try_from("localhost").unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let mut tls = tls_connector(pki, Role::Agent, "edge")
         .connect(name, tcp)
         .await
         .map_err(|e| e.to_string())?;
@@ -342,4 +363,89 @@ async fn silent_clients_cannot_keep_a_gateway_from_the_agent() {
         evicted >= 2 * SILENT as u64,
         "{evicted} evictions for {SILENT} silent clients on each listener"
     );
+}
+
+/// Opens `n` connections to `addr` as `agent/greedy`, each through its handshake, and keeps
+/// those the server does not close: how many it kept.
+async fn hold_connections(pki: &DevPki, addr: SocketAddr, n: usize) -> Vec<impl Sized> {
+    use tokio_rustls::rustls::pki_types::ServerName;
+    let connector = tls_connector(pki, Role::Agent, "greedy");
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let Ok(tcp) =
+            tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await
+        else {
+            break;
+        };
+        let name = ServerName::try_from("localhost").unwrap();
+        let connect = connector.connect(name, tcp.unwrap());
+        match tokio::time::timeout(Duration::from_millis(500), connect).await {
+            Ok(Ok(tls)) => held.push(tls),
+            Ok(Err(_)) => {}
+            // The listener is full: nothing more to take.
+            Err(_) => break,
+        }
+    }
+    // Keep those the server has not closed a moment after their handshake.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut open = Vec::new();
+    for mut tls in held {
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(Duration::from_millis(20), tls.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {}
+            _ => open.push(tls),
+        }
+    }
+    open
+}
+
+/// A holder of one certificate of the CA opening connection after connection keeps at most
+/// `listener.connections_per_peer_max` of them, and the allocator's other callers theirs.
+/// With the bound set as high as it goes the same client takes every slot and an admin
+/// cannot connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_certificate_cannot_take_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = PkiSpec::local(&["global-1"], &["greedy"], &["ops"]);
+    let pki = DevPki::generate(&spec, std::time::SystemTime::now()).unwrap();
+    for (per_peer, bounded) in [(8, true), (1_000_000, false)] {
+        let run = dir.path().join(format!("per-peer-{per_peer}"));
+        std::fs::create_dir_all(&run).unwrap();
+        pki.write_to(&run.join("certs"), true).unwrap();
+        let extra = format!(", connections_per_peer_max: {per_peer}");
+        let (_node, addr, http) = start_allocator_with(&run, &extra);
+        let started = Instant::now();
+        while !cluster_status(&pki, addr)
+            .await
+            .is_ok_and(|s| s.leader_id == 1)
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the allocator never elected itself"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let held = hold_connections(&pki, addr, 2 * CONNECTIONS_MAX).await;
+        let answered = tokio::time::timeout(HONEST_WAIT, cluster_status(&pki, addr)).await;
+        println!(
+            "connections_per_peer_max {per_peer}: one certificate kept {} of {} connections; an admin's call answered: {}",
+            held.len(),
+            2 * CONNECTIONS_MAX,
+            matches!(answered, Ok(Ok(_)))
+        );
+        if bounded {
+            assert_eq!(held.len(), per_peer, "connections one certificate kept");
+            assert!(matches!(answered, Ok(Ok(_))), "{answered:?}");
+            let metrics = http_get(http, "/metrics");
+            let over = metric(&metrics, "leasehold_tls_connections_over_peer_limit_total");
+            assert!(over >= (2 * CONNECTIONS_MAX - per_peer) as u64, "{over}");
+        } else {
+            assert!(held.len() >= CONNECTIONS_MAX - 2, "{} kept", held.len());
+            assert!(
+                !matches!(answered, Ok(Ok(_))),
+                "the admin got through a full listener"
+            );
+        }
+        drop(held);
+    }
 }

@@ -3,8 +3,8 @@
 //! shutdown future completes.
 
 use leasehold_proto::transport::{
-    grpc_rustls_config, handshakes_max_for, limited, rustls_server_config, serve_http1,
-    tls_established, ListenerLimits, TlsConfigError, TlsPem, HEADER_TIMEOUT_MS_DEFAULT,
+    grpc_rustls_config, limited, rustls_server_config, serve_http1, tls_established,
+    ListenerLimits, TlsConfigError, TlsPem, HEADER_TIMEOUT_MS_DEFAULT,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -201,7 +201,8 @@ pub fn grpc_tls_config(tls: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError
 /// calls to finish: with mutual TLS under `tls` when given (see [`grpc_tls_config`]),
 /// plaintext otherwise. At most `limits.connections_max` connections are open at once,
 /// at most a quarter of them still in their TLS handshake (newer connections evict the
-/// oldest handshakes, so silent clients cannot keep others out), and one silent for
+/// oldest handshakes, so silent clients cannot keep others out) and at most
+/// `limits.connections_per_peer_max` per client certificate, and one silent for
 /// `limits.idle_timeout_ms` is closed. TCP connections get `TCP_NODELAY`.
 pub async fn serve_grpc(
     router: Router,
@@ -210,10 +211,9 @@ pub async fn serve_grpc(
     limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let handshakes = handshakes_max_for(limits.connections_max);
     match (listener, tls) {
         (Listener::Tcp(l), Some(tls)) => {
-            let established = tls_established(limited(l, limits), tls, handshakes);
+            let established = tls_established(limited(l, limits), tls, limits);
             router
                 .serve_with_incoming_shutdown(established, shutdown)
                 .await
@@ -224,7 +224,7 @@ pub async fn serve_grpc(
                 .await
         }
         (Listener::Unix(l), Some(tls)) => {
-            let established = tls_established(limited(l, limits), tls, handshakes);
+            let established = tls_established(limited(l, limits), tls, limits);
             router
                 .serve_with_incoming_shutdown(established, shutdown)
                 .await
@@ -273,8 +273,7 @@ pub async fn serve_http(
     let (conns, header_ms) = (limits.connections, limits.header_timeout_ms);
     match (listener, tls) {
         (Listener::Tcp(l), Some(tls)) => {
-            let handshakes = handshakes_max_for(conns.connections_max);
-            let established = tls_established(limited(l, conns), tls, handshakes);
+            let established = tls_established(limited(l, conns), tls, conns);
             serve_http1(established, router, header_ms, shutdown).await
         }
         (Listener::Tcp(l), None) => {

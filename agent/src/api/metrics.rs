@@ -217,6 +217,11 @@ pub fn render_handshakes(h: HandshakeStats) -> String {
             "TLS handshakes abandoned to make room for a newer connection (a quarter of connections_max handshake at once per listener).",
             h.evicted,
         ),
+        (
+            "tls_connections_over_peer_limit_total",
+            "Connections closed after their handshake: their certificate had connections_per_peer_max open.",
+            h.over_peer_limit,
+        ),
     ];
     write_all(&mut out, metrics);
     out

@@ -132,6 +132,9 @@ struct Args {
     /// Connections each listener keeps open at once (more wait in the backlog).
     #[arg(long)]
     connections_max: Option<usize>,
+    /// Connections one client certificate may keep open on each TLS listener.
+    #[arg(long)]
+    connections_per_peer_max: Option<usize>,
     /// Close a connection silent this long, in milliseconds.
     #[arg(long)]
     idle_timeout_ms: Option<u64>,
@@ -199,6 +202,7 @@ impl Args {
             decide_timeout_ms: self.decide_timeout_ms,
             policy_stale_after_ms: self.policy_stale_after_ms,
             connections_max: self.connections_max,
+            connections_per_peer_max: self.connections_per_peer_max,
             idle_timeout_ms: self.idle_timeout_ms,
             connection_age_max_ms: self.connection_age_max_ms,
             header_timeout_ms: self.header_timeout_ms,

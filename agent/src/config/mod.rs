@@ -209,6 +209,11 @@ pub struct AgentConfig {
     /// backlog. The process raises its open-file limit to fit both, or refuses to start.
     /// Unset: 1 024, lowered (with a warning) as far as the open-file hard limit requires.
     pub connections_max: Option<usize>,
+    /// Connections one client certificate may keep open at once on each TLS listener;
+    /// more are closed once their handshake names the certificate. Unset: only
+    /// `connections_max` bounds them, since gateways' certificates come from the
+    /// operator's CA and many gateways may share one.
+    pub connections_per_peer_max: Option<usize>,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
     /// A gRPC connection open this long is asked to go away (HTTP/2 GOAWAY; its calls in
@@ -264,6 +269,7 @@ impl Default for AgentConfig {
             decide_timeout_ms: crate::exact::DECIDE_TIMEOUT_MS_DEFAULT,
             policy_stale_after_ms: POLICY_STALE_AFTER_MS_DEFAULT,
             connections_max: None,
+            connections_per_peer_max: None,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             connection_age_max_ms: crate::api::listen::CONNECTION_AGE_MAX_MS_DEFAULT,
             header_timeout_ms: HEADER_TIMEOUT_MS_DEFAULT,
@@ -340,6 +346,7 @@ impl AgentConfig {
         ListenerLimits {
             connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
+            connections_per_peer_max: self.connections_per_peer_max,
         }
     }
 

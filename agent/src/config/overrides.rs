@@ -42,6 +42,8 @@ pub struct Overrides {
     pub policy_stale_after_ms: Option<u64>,
     /// `--connections-max`.
     pub connections_max: Option<usize>,
+    /// `--connections-per-peer-max`.
+    pub connections_per_peer_max: Option<usize>,
     /// `--idle-timeout-ms`.
     pub idle_timeout_ms: Option<u64>,
     /// `--connection-age-max-ms`.
@@ -109,6 +111,10 @@ impl AgentConfig {
             flags.ratelimit_count_denied,
         );
         set(&mut self.connections_max, flags.connections_max.map(Some));
+        set(
+            &mut self.connections_per_peer_max,
+            flags.connections_per_peer_max.map(Some),
+        );
         set(&mut self.idle_timeout_ms, flags.idle_timeout_ms);
         set(&mut self.connection_age_max_ms, flags.connection_age_max_ms);
         set(&mut self.header_timeout_ms, flags.header_timeout_ms);

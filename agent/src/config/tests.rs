@@ -19,6 +19,7 @@ unknown_policy: allow
 decide_timeout_ms: 250
 policy_stale_after_ms: 60000
 connections_max: 64
+connections_per_peer_max: 16
 idle_timeout_ms: 30000
 connection_age_max_ms: 60000
 header_timeout_ms: 2000
@@ -79,6 +80,7 @@ fn every_field_is_read_from_the_file() {
         decide_timeout_ms: 250,
         policy_stale_after_ms: 60_000,
         connections_max: Some(64),
+        connections_per_peer_max: Some(16),
         idle_timeout_ms: 30_000,
         connection_age_max_ms: 60_000,
         header_timeout_ms: 2_000,
@@ -241,6 +243,11 @@ fn invalid_values_name_the_field_and_the_reason() {
         (
             |c| c.connections_max = Some(0),
             "connections_max",
+            "1 to 1000000",
+        ),
+        (
+            |c| c.connections_per_peer_max = Some(0),
+            "connections_per_peer_max",
             "1 to 1000000",
         ),
         (

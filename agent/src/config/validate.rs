@@ -51,13 +51,18 @@ pub const REQUEST_BODY_TIMEOUT_MS_MAX: u64 = 60_000;
 
 impl AgentConfig {
     fn check_listener_limits(&self) -> Result<(), ConfigError> {
-        if let Some(n) = self.connections_max {
-            if !(1..=CONNECTIONS_MAX_LIMIT).contains(&n) {
-                return Err(invalid(
-                    "connections_max",
-                    n.to_string(),
-                    format!("1 to {CONNECTIONS_MAX_LIMIT}"),
-                ));
+        for (field, n) in [
+            ("connections_max", self.connections_max),
+            ("connections_per_peer_max", self.connections_per_peer_max),
+        ] {
+            if let Some(n) = n {
+                if !(1..=CONNECTIONS_MAX_LIMIT).contains(&n) {
+                    return Err(invalid(
+                        field,
+                        n.to_string(),
+                        format!("1 to {CONNECTIONS_MAX_LIMIT}"),
+                    ));
+                }
             }
         }
         for (field, ms) in [

@@ -149,6 +149,10 @@ pub struct ListenerSettings {
     /// open-file limit to fit them at start-up, or refuses to start. Unset: 10 000, lowered
     /// (with a warning) as far as the open-file hard limit requires.
     pub connections_max: Option<usize>,
+    /// Connections one client certificate may keep open at once; more are closed once
+    /// their handshake names the certificate. Holders act only as themselves, so each
+    /// agent, region node and admin has its own and needs a few.
+    pub connections_per_peer_max: usize,
     /// A connection silent (nothing read or written) this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
     /// Request bytes the lease and admin services buffer at once, across every call; a
@@ -173,11 +177,15 @@ pub const REQUEST_BODY_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..
 
 /// Every agent of a region keeps one connection to a node, plus peers and admins.
 pub const ALLOCATOR_CONNECTIONS_MAX_DEFAULT: usize = 10_000;
+/// Default `listener.connections_per_peer_max`: far more than an agent (one or two), a
+/// region node or a busy admin script opens, far fewer than the listener holds.
+pub const CONNECTIONS_PER_PEER_MAX_DEFAULT: usize = 256;
 
 impl Default for ListenerSettings {
     fn default() -> Self {
         ListenerSettings {
             connections_max: None,
+            connections_per_peer_max: CONNECTIONS_PER_PEER_MAX_DEFAULT,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
             request_bytes_buffered_max: REQUEST_BYTES_BUFFERED_MAX_DEFAULT,
             request_body_timeout_ms: REQUEST_BODY_TIMEOUT_MS_DEFAULT,
@@ -191,6 +199,7 @@ impl ListenerSettings {
         ListenerLimits {
             connections_max,
             idle_timeout_ms: self.idle_timeout_ms,
+            connections_per_peer_max: Some(self.connections_per_peer_max),
         }
     }
 
@@ -202,6 +211,13 @@ impl ListenerSettings {
                     format!("{n}: must be 1 to {CONNECTIONS_MAX_LIMIT}"),
                 ));
             }
+        }
+        let per_peer = self.connections_per_peer_max;
+        if !(1..=CONNECTIONS_MAX_LIMIT).contains(&per_peer) {
+            return Err(invalid(
+                "listener.connections_per_peer_max",
+                format!("{per_peer}: must be 1 to {CONNECTIONS_MAX_LIMIT}"),
+            ));
         }
         let buffered = self.request_bytes_buffered_max;
         if !(REQUEST_BYTES_BUFFERED_MIN..=REQUEST_BYTES_BUFFERED_LIMIT).contains(&buffered) {
@@ -465,6 +481,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bootstrap"), "{e}");
+        for (listener, field) in [
+            ("{connections_max: 0}", "listener.connections_max"),
+            ("{connections_per_peer_max: 0}", "listener.connections_per_peer_max"),
+            ("{idle_timeout_ms: 5}", "listener.idle_timeout_ms"),
+        ] {
+            let bad = format!("{ROOT}listener: {listener}\n");
+            let e = AllocatorConfig::from_yaml(&bad).unwrap_err().to_string();
+            assert!(e.contains(field), "{listener}: {e}");
+        }
     }
 }
 

@@ -69,6 +69,12 @@ impl Collector for ListenerCollector {
                 Counter,
                 h.evicted,
             ),
+            (
+                "leasehold_tls_connections_over_peer_limit",
+                "Connections closed after their handshake: their certificate had listener.connections_per_peer_max open.",
+                Counter,
+                h.over_peer_limit,
+            ),
         ];
         for (name, help, kind, value) in figures {
             let counter = matches!(kind, Counter);

@@ -44,6 +44,7 @@ pub(super) fn serve<S, IO, IE>(
 where
     S: Stream<Item = Result<IO, IE>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: leasehold_proto::transport::PeerOf,
     IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     let max = transport.message_len_max_bytes;
@@ -70,7 +71,7 @@ where
         .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS_MAX))
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
     let tls = transport.server_tls.clone();
-    let handshakes_max = transport.tls_handshakes_max;
+    let tls_limits = transport.tls_limits;
     let node_id = config.node_id;
     let mut router = server.add_service(service);
     if let Some(add) = services {
@@ -84,7 +85,7 @@ where
         // every connection and let silent clients hold every slot.
         let served = match tls {
             Some(tls) => {
-                let established = tls_established(incoming, tls, handshakes_max);
+                let established = tls_established(incoming, tls, tls_limits);
                 router
                     .serve_with_incoming_shutdown(established, signal)
                     .await

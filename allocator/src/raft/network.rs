@@ -13,7 +13,7 @@ use std::time::Duration;
 use leasehold_proto::leasehold::v1::raft_service_client::RaftServiceClient;
 use leasehold_proto::leasehold::v1::RaftBytes;
 use leasehold_proto::transport::ConnectFn;
-use leasehold_proto::transport::{RustlsServerConfig, TLS_HANDSHAKES_MAX};
+use leasehold_proto::transport::{ListenerLimits, RustlsServerConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -47,8 +47,9 @@ pub struct TransportConfig {
     pub client_tls: Option<ClientTlsConfig>,
     /// TLS for the node's own endpoint; `None` serves plaintext.
     pub server_tls: Option<Arc<RustlsServerConfig>>,
-    /// TLS handshakes the endpoint runs at once; a newer connection evicts the oldest.
-    pub tls_handshakes_max: usize,
+    /// The listener's bounds, for the TLS handshakes it runs (a quarter of its connections
+    /// at once) and the connections it keeps per client certificate.
+    pub tls_limits: ListenerLimits,
     /// Applied to each peer endpoint after the settings above.
     pub endpoint_hook: Option<EndpointHook>,
     /// Connects peer channels instead of `Endpoint::connect_lazy` over TCP.
@@ -64,7 +65,7 @@ impl Default for TransportConfig {
         Self {
             client_tls: None,
             server_tls: None,
-            tls_handshakes_max: TLS_HANDSHAKES_MAX,
+            tls_limits: ListenerLimits::default(),
             endpoint_hook: None,
             connector: None,
             connect_timeout_ms: 1_000,

@@ -156,6 +156,7 @@ impl<M: Machine> RaftNode<M> {
     where
         S: Stream<Item = Result<IO, IE>> + Send + 'static,
         IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO::ConnectInfo: leasehold_proto::transport::PeerOf,
         IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
         let raft_config = Arc::new(config.raft_config()?);

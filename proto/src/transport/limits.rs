@@ -38,6 +38,9 @@ pub struct ListenerLimits {
     pub connections_max: usize,
     /// A connection with nothing read or written for this long is closed.
     pub idle_timeout_ms: u64,
+    /// Connections one client certificate may have open at once on a TLS listener; more
+    /// are closed once their handshake tells whose they are. None: only `connections_max`.
+    pub connections_per_peer_max: Option<usize>,
 }
 
 impl Default for ListenerLimits {
@@ -45,6 +48,7 @@ impl Default for ListenerLimits {
         ListenerLimits {
             connections_max: CONNECTIONS_MAX_DEFAULT,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            connections_per_peer_max: None,
         }
     }
 }

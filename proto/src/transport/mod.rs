@@ -84,5 +84,6 @@ pub use tls::{
     ServeError, TLS_HANDSHAKE_TIMEOUT_MS,
 };
 pub use tls_accept::{
-    handshake_stats, handshakes_max_for, tls_established, HandshakeStats, TLS_HANDSHAKES_MAX,
+    handshake_stats, handshakes_max_for, tls_established, HandshakeStats, PeerCounted,
+    TLS_HANDSHAKES_MAX,
 };

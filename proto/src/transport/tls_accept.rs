@@ -4,33 +4,39 @@
 //! Handshakes run beside the accept loop, each for at most [`TLS_HANDSHAKE_TIMEOUT_MS`].
 //! At most `handshakes_max` run at once; a connection arriving when that many are under
 //! way evicts one of them instead of waiting: the oldest that has not yet sent its
-//! ClientHello, else the oldest. A silent client therefore holds at most `handshakes_max`
+//! ClientHello, else the oldest. One address (an IPv4 address, an IPv6 /64) may have at
+//! most a quarter of those handshakes under way; past that its own oldest is evicted, so a
+//! client flooding from one address churns only its own share. A silent client therefore holds at most `handshakes_max`
 //! of the listener's connection slots, and only until newer connections arrive, and an
 //! honest client, which sends its ClientHello at once, is evicted only when every slot
 //! holds a client that has sent one too. tonic's own TLS starts every handshake the
 //! listener yields, so silent clients could take every slot for the whole timeout.
 //!
 //! A failed handshake (no client certificate, one from another CA, a timeout, an eviction)
-//! drops that connection and is counted in [`handshake_stats`].
+//! drops that connection and is counted in [`handshake_stats`]. So does an established
+//! connection whose certificate already has `connections_per_peer_max` open: holding a
+//! certificate of the CA must not let one client take every slot either.
 
-use std::collections::VecDeque;
 use std::error::Error;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use rustls::server::Acceptor;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tokio::task::{AbortHandle, JoinSet};
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::LazyConfigAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-use super::TLS_HANDSHAKE_TIMEOUT_MS;
+use super::{ListenerLimits, PeerOf, TLS_HANDSHAKE_TIMEOUT_MS};
+use tonic::transport::server::Connected;
+
+mod handshakes;
+mod per_peer;
+use handshakes::Handshakes;
+pub use per_peer::PeerCounted;
+use per_peer::PeerCounts;
 
 /// Most handshakes under way at once on one listener.
 pub const TLS_HANDSHAKES_MAX: usize = 256;
@@ -52,12 +58,16 @@ pub struct HandshakeStats {
     pub failed: u64,
     /// Handshakes abandoned to make room for a newer connection.
     pub evicted: u64,
+    /// Connections closed after their handshake because their certificate already had
+    /// `connections_per_peer_max` open.
+    pub over_peer_limit: u64,
 }
 
 static IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
 static COMPLETED: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 static EVICTED: AtomicU64 = AtomicU64::new(0);
+static OVER_PEER_LIMIT: AtomicU64 = AtomicU64::new(0);
 
 /// The counts so far, across every listener of the process.
 pub fn handshake_stats() -> HandshakeStats {
@@ -66,24 +76,29 @@ pub fn handshake_stats() -> HandshakeStats {
         completed: COMPLETED.load(Ordering::Relaxed),
         failed: FAILED.load(Ordering::Relaxed),
         evicted: EVICTED.load(Ordering::Relaxed),
+        over_peer_limit: OVER_PEER_LIMIT.load(Ordering::Relaxed),
     }
 }
 
 /// The connections of `incoming` once each has completed a TLS handshake under `config`,
-/// at most `handshakes_max` at once (see the module's description). Handshaking stops
-/// when the returned stream is dropped.
+/// at most [`handshakes_max_for`]`(limits.connections_max)` at once and at most
+/// `limits.connections_per_peer_max` open per client certificate (see the module's
+/// description). Handshaking stops when the returned stream is dropped.
 pub fn tls_established<S, IO, IE>(
     incoming: S,
     config: Arc<ServerConfig>,
-    handshakes_max: usize,
-) -> ReceiverStream<io::Result<TlsStream<IO>>>
+    limits: ListenerLimits,
+) -> ReceiverStream<io::Result<PeerCounted<TlsStream<IO>>>>
 where
     S: Stream<Item = Result<IO, IE>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: PeerOf,
     IE: Into<Box<dyn Error + Send + Sync>> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(1);
-    let handshakes_max = handshakes_max.max(1);
+    let handshakes_max = handshakes_max_for(limits.connections_max);
+    let per_peer_max = limits.connections_per_peer_max;
+    let counts = Arc::new(PeerCounts::default());
     tokio::spawn(async move {
         let mut incoming = std::pin::pin!(incoming);
         let mut handshakes = Handshakes::default();
@@ -100,10 +115,10 @@ where
                     None => open = false,
                 },
                 Some(done) = handshakes.tasks.join_next_with_id(), if !handshakes.tasks.is_empty() => {
-                    if let Some(tls) = handshakes.finished(done) {
-                        if tx.send(Ok(tls)).await.is_err() {
-                            return;
-                        }
+                    let Some(tls) = handshakes.finished(done) else { continue };
+                    let Some(counted) = count_peer(tls, &counts, per_peer_max) else { continue };
+                    if tx.send(Ok(counted)).await.is_err() {
+                        return;
                     }
                 }
             }
@@ -112,102 +127,29 @@ where
     ReceiverStream::new(rx)
 }
 
-/// The handshakes under way, oldest first, each with whether its ClientHello has come.
-struct Handshakes<IO> {
-    tasks: JoinSet<io::Result<TlsStream<IO>>>,
-    oldest_first: VecDeque<(AbortHandle, Arc<AtomicBool>)>,
-}
-
-impl<IO> Default for Handshakes<IO> {
-    fn default() -> Self {
-        Handshakes {
-            tasks: JoinSet::new(),
-            oldest_first: VecDeque::new(),
-        }
-    }
-}
-
-impl<IO> Drop for Handshakes<IO> {
-    fn drop(&mut self) {
-        let open = self.oldest_first.len() as u64;
-        IN_PROGRESS.fetch_sub(open, Ordering::Relaxed);
-    }
-}
-
-impl<IO> Handshakes<IO>
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    fn start(&mut self, config: Arc<ServerConfig>, io: IO, handshakes_max: usize) {
-        if self.oldest_first.len() >= handshakes_max {
-            let silent = self
-                .oldest_first
-                .iter()
-                .position(|(_, hello)| !hello.load(Ordering::Relaxed));
-            if let Some((task, _)) = self.oldest_first.remove(silent.unwrap_or(0)) {
-                task.abort();
-                IN_PROGRESS.fetch_sub(1, Ordering::Relaxed);
-                EVICTED.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let hello = Arc::new(AtomicBool::new(false));
-        let task = self.tasks.spawn(handshake(config, io, Arc::clone(&hello)));
-        self.oldest_first.push_back((task, hello));
-        IN_PROGRESS.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The established connection of a finished handshake task, if it succeeded.
-    fn finished(
-        &mut self,
-        done: Result<(tokio::task::Id, io::Result<TlsStream<IO>>), tokio::task::JoinError>,
-    ) -> Option<TlsStream<IO>> {
-        let id = match &done {
-            Ok((id, _)) => *id,
-            // An evicted task, already counted when it was aborted.
-            Err(e) if e.is_cancelled() => return None,
-            Err(e) => e.id(),
-        };
-        if let Some(at) = self.oldest_first.iter().position(|(t, _)| t.id() == id) {
-            self.oldest_first.remove(at);
-            IN_PROGRESS.fetch_sub(1, Ordering::Relaxed);
-        }
-        match done {
-            Ok((_, Ok(tls))) => {
-                COMPLETED.fetch_add(1, Ordering::Relaxed);
-                Some(tls)
-            }
-            Ok((_, Err(error))) => {
-                FAILED.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%error, "TLS handshake failed");
-                None
-            }
-            Err(error) => {
-                FAILED.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%error, "TLS handshake task failed");
-                None
-            }
-        }
-    }
-}
-
-/// The server side of one handshake, `hello` set once the client's ClientHello is read.
-async fn handshake<IO>(
-    config: Arc<ServerConfig>,
-    io: IO,
-    hello: Arc<AtomicBool>,
-) -> io::Result<TlsStream<IO>>
-where
-    IO: AsyncRead + AsyncWrite + Unpin,
-{
-    let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
-    let both = async {
-        let started = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
-        hello.store(true, Ordering::Relaxed);
-        started.into_stream(config).await
+/// `tls` holding a place in its certificate's count, or None (the connection dropped)
+/// when that certificate already has `max` connections open.
+fn count_peer<IO>(
+    tls: TlsStream<IO>,
+    counts: &Arc<PeerCounts>,
+    max: Option<usize>,
+) -> Option<PeerCounted<TlsStream<IO>>> {
+    let (Some(max), Some(cert)) = (
+        max,
+        tls.get_ref().1.peer_certificates().and_then(|c| c.first()),
+    ) else {
+        return Some(PeerCounted::new(tls, None));
     };
-    match tokio::time::timeout(limit, both).await {
-        Ok(done) => done,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    match counts.admit(cert.as_ref(), max) {
+        Some(slot) => Some(PeerCounted::new(tls, Some(slot))),
+        None => {
+            OVER_PEER_LIMIT.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                max,
+                "connection closed: its certificate has connections_per_peer_max open"
+            );
+            None
+        }
     }
 }
 

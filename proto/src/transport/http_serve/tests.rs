@@ -63,6 +63,7 @@ async fn slow_clients_holding_every_slot_but_one_leave_room_for_an_honest_one() 
     let limits = ListenerLimits {
         connections_max: 8,
         idle_timeout_ms: 60_000,
+        ..ListenerLimits::default()
     };
     let addr = start(limits, 60_000).await;
     let mut slow = Vec::new();
@@ -84,6 +85,7 @@ async fn beyond_the_connection_cap_a_client_waits_until_a_slow_one_times_out() {
     let limits = ListenerLimits {
         connections_max: 4,
         idle_timeout_ms: 60_000,
+        ..ListenerLimits::default()
     };
     let addr = start(limits, 700).await;
     let mut slow = Vec::new();

@@ -14,6 +14,7 @@ async fn a_connection_beyond_the_maximum_waits_for_a_slot() {
     let limits = ListenerLimits {
         connections_max: 2,
         idle_timeout_ms: 60_000,
+        ..ListenerLimits::default()
     };
     let mut incoming = limited(l, limits);
     let _clients: Vec<TcpStream> = futures_join(addr, 3).await;
@@ -43,6 +44,7 @@ async fn a_silent_connection_times_out_and_an_active_one_does_not() {
     let limits = ListenerLimits {
         connections_max: 8,
         idle_timeout_ms: 300,
+        ..ListenerLimits::default()
     };
     let mut incoming = limited(l, limits);
     let _silent = TcpStream::connect(addr).await.unwrap();
@@ -74,6 +76,7 @@ async fn a_timed_out_connection_frees_its_slot() {
     let limits = ListenerLimits {
         connections_max: 1,
         idle_timeout_ms: 200,
+        ..ListenerLimits::default()
     };
     let mut incoming = limited(l, limits);
     let _a = TcpStream::connect(addr).await.unwrap();

@@ -1,9 +1,9 @@
 use super::*;
-use crate::transport::{rustls_server_config, DevPki, PkiSpec, Role, TlsPem};
+use crate::transport::{rustls_server_config, DevPki, ListenerLimits, PkiSpec, Role, TlsPem};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio_rustls::TlsConnector;
 
@@ -34,6 +34,17 @@ fn connector(ca: &str, identity: Option<&TlsPem>) -> TlsConnector {
     TlsConnector::from(Arc::new(config))
 }
 
+type Established = ReceiverStream<io::Result<PeerCounted<TlsStream<DuplexStream>>>>;
+
+/// Bounds with 4 handshakes at once and `per_peer` connections per certificate.
+fn bounds(per_peer: Option<usize>) -> ListenerLimits {
+    ListenerLimits {
+        connections_max: 16,
+        connections_per_peer_max: per_peer,
+        ..ListenerLimits::default()
+    }
+}
+
 /// A listener fed by hand: each `connect` hands the server half of a pipe to
 /// [`tls_established`] and returns the client half.
 struct Pipes {
@@ -41,16 +52,10 @@ struct Pipes {
 }
 
 impl Pipes {
-    fn serve(
-        config: Arc<ServerConfig>,
-        handshakes_max: usize,
-    ) -> (Self, ReceiverStream<io::Result<TlsStream<DuplexStream>>>) {
+    fn serve(config: Arc<ServerConfig>, limits: ListenerLimits) -> (Self, Established) {
         let (tx, rx) = mpsc::unbounded_channel();
         let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-        (
-            Pipes { tx },
-            tls_established(incoming, config, handshakes_max),
-        )
+        (Pipes { tx }, tls_established(incoming, config, limits))
     }
 
     fn connect(&self) -> DuplexStream {
@@ -63,11 +68,11 @@ impl Pipes {
 /// The client's TLS session over a fresh pipe, and the server's end of it once established.
 async fn honest(
     pipes: &Pipes,
-    established: &mut ReceiverStream<io::Result<TlsStream<DuplexStream>>>,
+    established: &mut Established,
     client: &TlsConnector,
 ) -> io::Result<(
     tokio_rustls::client::TlsStream<DuplexStream>,
-    TlsStream<DuplexStream>,
+    PeerCounted<TlsStream<DuplexStream>>,
 )> {
     let io = pipes.connect();
     let name = ServerName::try_from("localhost").unwrap();
@@ -79,7 +84,7 @@ async fn honest(
 async fn silent_connections_past_the_bound_are_evicted_and_an_honest_client_gets_through() {
     let pki = pki();
     let server = rustls_server_config(&pki.tls_pem(Role::Agent, "gw-1").unwrap(), &[]).unwrap();
-    let (pipes, mut established) = Pipes::serve(server, 4);
+    let (pipes, mut established) = Pipes::serve(server, bounds(None));
     let before = handshake_stats();
 
     // Ten times as many silent clients as handshakes may run: with handshakes that wait for
@@ -131,7 +136,7 @@ async fn a_client_without_a_certificate_of_the_ca_is_refused_and_counted() {
     let pki = pki();
     let other = pki_other();
     let server = rustls_server_config(&pki.tls_pem(Role::Agent, "gw-1").unwrap(), &[]).unwrap();
-    let (pipes, mut established) = Pipes::serve(server, 4);
+    let (pipes, mut established) = Pipes::serve(server, bounds(None));
     let before = handshake_stats();
     for client in [
         connector(&pki.ca_cert_pem, None),
@@ -176,7 +181,7 @@ fn a_quarter_of_the_slots_handshake_at_most() {
 async fn a_client_that_sent_its_hello_outlasts_silent_ones() {
     let pki = pki();
     let server = rustls_server_config(&pki.tls_pem(Role::Agent, "gw-1").unwrap(), &[]).unwrap();
-    let (pipes, _established) = Pipes::serve(server, 4);
+    let (pipes, _established) = Pipes::serve(server, bounds(None));
     let mut slow = pipes.connect();
     let mut roots = RootCertStore::empty();
     roots
@@ -217,4 +222,52 @@ async fn a_client_that_sent_its_hello_outlasts_silent_ones() {
             Err(_) => break,
         }
     }
+}
+
+/// Whether the server closed the client's connection: its first read finds the end.
+async fn cut_off(tls: &mut tokio_rustls::client::TlsStream<DuplexStream>) -> bool {
+    let mut buf = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), tls.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn a_certificate_keeps_at_most_its_share_of_connections() {
+    let pki = pki();
+    let server = rustls_server_config(&pki.tls_pem(Role::Agent, "gw-1").unwrap(), &[]).unwrap();
+    let (pipes, mut established) = Pipes::serve(server, bounds(Some(2)));
+    let edge = connector(
+        &pki.ca_cert_pem,
+        Some(&pki.tls_pem(Role::Agent, "edge").unwrap()),
+    );
+    let before = handshake_stats();
+    let first = honest(&pipes, &mut established, &edge).await.unwrap();
+    let second = honest(&pipes, &mut established, &edge).await.unwrap();
+
+    // A third from the same certificate completes its handshake and is closed.
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut third = edge.connect(name.clone(), pipes.connect()).await.unwrap();
+    assert!(
+        cut_off(&mut third).await,
+        "a third connection of one certificate stayed open"
+    );
+    let after = handshake_stats();
+    assert!(
+        after.over_peer_limit > before.over_peer_limit,
+        "{before:?} → {after:?}"
+    );
+
+    // Another certificate is not held back by the first's.
+    let other = connector(
+        &pki.ca_cert_pem,
+        Some(&pki.tls_pem(Role::Agent, "gw-1").unwrap()),
+    );
+    let _other = honest(&pipes, &mut established, &other).await.unwrap();
+
+    // A closed connection gives its place back.
+    drop(first);
+    let _again = honest(&pipes, &mut established, &edge).await.unwrap();
+    drop(second);
 }

@@ -8,14 +8,14 @@ use leasehold_agent::api::listen::{http_tls_config, serve_http, HttpLimits, List
 use leasehold_agent::config::AgentConfig;
 use leasehold_agent::engine::{Engine, RuleSource};
 use leasehold_common::time::{Clock, SystemClock};
-use leasehold_proto::transport::{DevPki, PkiSpec, Role, TlsPem};
+use leasehold_proto::transport::{rustls_client_config, DevPki, PkiSpec, Role, TlsPem};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
@@ -55,22 +55,18 @@ async fn start(server: &TlsPem) -> (SocketAddr, tokio::sync::oneshot::Sender<()>
 
 /// A client trusting `ca`, presenting `identity`'s certificate if given.
 fn client(ca: &str, identity: Option<&TlsPem>) -> TlsConnector {
-    let mut roots = RootCertStore::empty();
-    for der in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(der.unwrap()).unwrap();
-    }
-    let builder = ClientConfig::builder().with_root_certificates(roots);
     let config = match identity {
-        Some(id) => {
-            let chain = CertificateDer::pem_slice_iter(id.cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(id.key.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
+        Some(id) => rustls_client_config(id).unwrap(),
+        None => {
+            let mut roots = RootCertStore::empty();
+            for der in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(der.unwrap()).unwrap();
+            }
+            let builder = ClientConfig::builder().with_root_certificates(roots);
+            Arc::new(builder.with_no_client_auth())
         }
-        None => builder.with_no_client_auth(),
     };
-    TlsConnector::from(Arc::new(config))
+    TlsConnector::from(config)
 }
 
 /// The response's text, or None if the connection gave no HTTP answer within 5 s.

@@ -16,9 +16,9 @@ use leasehold_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
 use leasehold_proto::transport::{
-    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
+    rustls_client_config, ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
 };
-use process_support::{free_port, spawn_logged, Proc, ALLOCATOR};
+use process_support::{free_port, listen_tls_args, spawn_logged, Proc, ALLOCATOR};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -193,15 +193,10 @@ async fn cluster_status(
         .map_err(|e| e.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_clients_cannot_keep_an_admin_from_the_allocator() {
-    let dir = tempfile::tempdir().unwrap();
-    let spec = PkiSpec::local(&["global-1"], &[], &["ops"]);
-    let pki = DevPki::generate(&spec, std::time::SystemTime::now()).unwrap();
-    pki.write_to(&dir.path().join("certs"), true).unwrap();
-    let (_node, addr, http) = start_allocator(dir.path());
+/// Waits until the one-node allocator at `addr` has elected itself.
+async fn wait_elected(pki: &DevPki, addr: SocketAddr) {
     let started = Instant::now();
-    while !cluster_status(&pki, addr)
+    while !cluster_status(pki, addr)
         .await
         .is_ok_and(|s| s.leader_id == 1)
     {
@@ -211,6 +206,16 @@ async fn silent_clients_cannot_keep_an_admin_from_the_allocator() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_clients_cannot_keep_an_admin_from_the_allocator() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = PkiSpec::local(&["global-1"], &[], &["ops"]);
+    let pki = DevPki::generate(&spec, std::time::SystemTime::now()).unwrap();
+    pki.write_to(&dir.path().join("certs"), true).unwrap();
+    let (_node, addr, http) = start_allocator(dir.path());
+    wait_elected(&pki, addr).await;
 
     let (slowest, cut_off) = under_flood("allocator", addr, || async {
         cluster_status(&pki, addr).await.map(|_| ())
@@ -244,12 +249,7 @@ fn start_agent(dir: &Path) -> (Proc, SocketAddr, u16) {
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args(["--connections-max", &CONNECTIONS_MAX.to_string()])
-        .arg("--tls-ca")
-        .arg(c.join("ca.pem"))
-        .arg("--tls-cert")
-        .arg(c.join("agent-gw-1.pem"))
-        .arg("--tls-key")
-        .arg(c.join("agent-gw-1-key.pem"));
+        .args(listen_tls_args(&c, "gw-1"));
     let proc = spawn_logged(cmd, &dir.join("agent.log"));
     (proc, format!("127.0.0.1:{grpc}").parse().unwrap(), http)
 }
@@ -278,23 +278,8 @@ async fn should_rate_limit(pki: &DevPki, addr: SocketAddr) -> Result<(), String>
 
 /// A mutual TLS client presenting `role`/`name`'s certificate.
 fn tls_connector(pki: &DevPki, role: Role, name: &str) -> tokio_rustls::TlsConnector {
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-    let pem = pki.tls_pem(role, name).unwrap();
-    let mut roots = RootCertStore::empty();
-    for der in CertificateDer::pem_slice_iter(pem.ca.as_bytes()) {
-        roots.add(der.unwrap()).unwrap();
-    }
-    let chain = CertificateDer::pem_slice_iter(pem.cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(pem.key.as_bytes()).unwrap();
-    let config = ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    let config = rustls_client_config(&pki.tls_pem(role, name).unwrap()).unwrap();
+    tokio_rustls::TlsConnector::from(config)
 }
 
 /// GET /healthz over mutual TLS as `edge` on a new connection.
@@ -414,17 +399,7 @@ async fn one_certificate_cannot_take_every_connection() {
         pki.write_to(&run.join("certs"), true).unwrap();
         let extra = format!(", connections_per_peer_max: {per_peer}");
         let (_node, addr, http) = start_allocator_with(&run, &extra);
-        let started = Instant::now();
-        while !cluster_status(&pki, addr)
-            .await
-            .is_ok_and(|s| s.leader_id == 1)
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the allocator never elected itself"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_elected(&pki, addr).await;
         let held = hold_connections(&pki, addr, 2 * CONNECTIONS_MAX).await;
         let answered = tokio::time::timeout(HONEST_WAIT, cluster_status(&pki, addr)).await;
         println!(

@@ -67,6 +67,10 @@ fn admitted(answer: &pb::AdmitResponse, who: &str) -> bool {
     answer.allowed
 }
 
+/// The sprays of this file's tests run one at a time: each needs the machine to itself to
+/// outrun what the agent can lease.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Agent {
     proc: Proc,
     grpc: String,
@@ -100,6 +104,7 @@ async fn spray(channel: Channel, offset: usize, stop: Arc<AtomicBool>, sent: Arc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn existing_tenants_keep_their_service_and_memory_levels_off_under_a_key_spray() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (node, server) = start_insecure_allocator(dir.path());
     let file = dir.path().join("api.yaml");
@@ -231,12 +236,7 @@ async fn start_agent_tls(dir: &std::path::Path, server: &str, caller: &ChannelFa
         .args(["--keys-max", "200000"])
         // First leases scarcer than the spray's keys, whatever the machine's speed.
         .args(["--acquire-rate-max-per-s", &FAIR_ACQUIRES_PER_S.to_string()])
-        .arg("--tls-ca")
-        .arg(c.join("ca.pem"))
-        .arg("--tls-cert")
-        .arg(c.join("agent-gw-1.pem"))
-        .arg("--tls-key")
-        .arg(c.join("agent-gw-1-key.pem"));
+        .args(process_support::listen_tls_args(&c, "gw-1"));
     let proc = spawn_logged(cmd, &dir.join("agent-tls.log"));
     let grpc = format!("127.0.0.1:{grpc}");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -316,6 +316,7 @@ async fn fair_share(
 /// one caller with it, and then most of its keys wait behind the spray.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_asking_once_per_key_gets_first_leases_beside_a_spraying_one() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let spec = PkiSpec::local(&[], &["gw-1", "sprayer", "other"], &[]);
     let pki = DevPki::generate(&spec, std::time::SystemTime::now()).unwrap();

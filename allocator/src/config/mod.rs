@@ -483,7 +483,10 @@ mod tests {
         assert!(e.contains("bootstrap"), "{e}");
         for (listener, field) in [
             ("{connections_max: 0}", "listener.connections_max"),
-            ("{connections_per_peer_max: 0}", "listener.connections_per_peer_max"),
+            (
+                "{connections_per_peer_max: 0}",
+                "listener.connections_per_peer_max",
+            ),
             ("{idle_timeout_ms: 5}", "listener.idle_timeout_ms"),
         ] {
             let bad = format!("{ROOT}listener: {listener}\n");

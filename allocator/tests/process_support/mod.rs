@@ -94,6 +94,20 @@ pub fn json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// The agent's flags serving its gateway listeners with mutual TLS as `agent/<name>`, its
+/// files in `certs` as `leasectl certs init` writes them.
+pub fn listen_tls_args(certs: &Path, name: &str) -> Vec<std::ffi::OsString> {
+    let file = |f: String| certs.join(f).into_os_string();
+    vec![
+        "--tls-ca".into(),
+        file("ca.pem".into()),
+        "--tls-cert".into(),
+        file(format!("agent-{name}.pem")),
+        "--tls-key".into(),
+        file(format!("agent-{name}-key.pem")),
+    ]
+}
+
 /// The agent binary (package `leasehold-agent`).
 pub fn agent_binary() -> PathBuf {
     workspace_binary("leasehold-agent", "leasehold-agent")

@@ -78,7 +78,7 @@ pub use pki::{
 };
 pub use pki_files::{cert_file_name, key_file_name, PkiFilesError, CA_CERT_FILE, CA_KEY_FILE};
 pub use rustls::ServerConfig as RustlsServerConfig;
-pub use rustls_server::{grpc_rustls_config, rustls_server_config};
+pub use rustls_server::{grpc_rustls_config, rustls_client_config, rustls_server_config};
 pub use tls::{
     client_tls_config, ensure_crypto_provider, serve_router, server_builder, server_tls_config,
     ServeError, TLS_HANDSHAKE_TIMEOUT_MS,

@@ -1,10 +1,11 @@
-//! A plain rustls server configuration for mutual TLS, for listeners that are not tonic's
-//! (the agent's HTTP API): the same rules as [`server_tls_config`](super::server_tls_config).
+//! Plain rustls configurations for mutual TLS, for connections tonic does not make: the
+//! listeners that run their own handshakes, with the same rules as
+//! [`server_tls_config`](super::server_tls_config), and clients of the agent's HTTP API.
 
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use super::pem::{parse_certs, parse_key, PemKind, TlsConfigError, TlsPem};
 use super::tls::ensure_crypto_provider;
@@ -46,4 +47,30 @@ pub fn rustls_server_config(
 /// [`tls_established`](super::tls_established)): HTTP/2 offered, as tonic's own TLS does.
 pub fn grpc_rustls_config(pem: &TlsPem) -> Result<Arc<ServerConfig>, TlsConfigError> {
     rustls_server_config(pem, &[b"h2"])
+}
+
+/// A client trusting servers whose certificate chains to `pem.ca` and presenting
+/// `pem.cert`/`pem.key`.
+pub fn rustls_client_config(pem: &TlsPem) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    ensure_crypto_provider();
+    pem.validate()?;
+    let origin = "in-memory PEM";
+    let rejected = |kind, reason: String| TlsConfigError::Invalid {
+        kind,
+        origin: origin.to_owned(),
+        reason,
+    };
+    let mut roots = RootCertStore::empty();
+    for der in parse_certs(PemKind::Ca, &pem.ca, origin)? {
+        roots
+            .add(der)
+            .map_err(|e| rejected(PemKind::Ca, e.to_string()))?;
+    }
+    let chain = parse_certs(PemKind::Cert, &pem.cert, origin)?;
+    let key = parse_key(&pem.key, origin)?;
+    let config = ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| rejected(PemKind::Key, e.to_string()))?;
+    Ok(Arc::new(config))
 }

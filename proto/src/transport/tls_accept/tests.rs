@@ -1,7 +1,9 @@
 use super::*;
-use crate::transport::{rustls_server_config, DevPki, ListenerLimits, PkiSpec, Role, TlsPem};
+use crate::transport::{
+    rustls_client_config, rustls_server_config, DevPki, ListenerLimits, PkiSpec, Role, TlsPem,
+};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -15,23 +17,20 @@ fn pki() -> DevPki {
     .unwrap()
 }
 
+/// A client trusting `ca`, presenting `identity`'s certificate if given.
 fn connector(ca: &str, identity: Option<&TlsPem>) -> TlsConnector {
-    let mut roots = RootCertStore::empty();
-    for der in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(der.unwrap()).unwrap();
-    }
-    let builder = ClientConfig::builder().with_root_certificates(roots);
     let config = match identity {
-        Some(id) => {
-            let chain = CertificateDer::pem_slice_iter(id.cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(id.key.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
+        Some(id) => rustls_client_config(id).unwrap(),
+        None => {
+            let mut roots = RootCertStore::empty();
+            for der in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(der.unwrap()).unwrap();
+            }
+            let builder = ClientConfig::builder().with_root_certificates(roots);
+            Arc::new(builder.with_no_client_auth())
         }
-        None => builder.with_no_client_auth(),
     };
-    TlsConnector::from(Arc::new(config))
+    TlsConnector::from(config)
 }
 
 type Established = ReceiverStream<io::Result<PeerCounted<TlsStream<DuplexStream>>>>;

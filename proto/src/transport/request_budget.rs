@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tonic::server::NamedService;
 use tonic::Status;
 use tower_service::Service;
@@ -170,23 +170,28 @@ pub struct BudgetedBody<B> {
     budget: Arc<RequestBudget>,
     held: usize,
     /// When the body must have ended; `None` once it has (or failed).
-    deadline: Option<Pin<Box<Sleep>>>,
+    due: Option<Instant>,
+    /// A timer for `due`, made only once the body has kept its reader waiting: most bodies
+    /// arrive whole with their headers, and a timer per call costs more than the call.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> BudgetedBody<B> {
     /// `inner`, due whole within the budget's body timeout from now. Needs a Tokio runtime.
     pub fn new(inner: B, budget: Arc<RequestBudget>) -> Self {
-        let deadline = Some(Box::pin(tokio::time::sleep(budget.body_timeout)));
+        let due = Some(Instant::now() + budget.body_timeout);
         BudgetedBody {
             inner,
             budget,
             held: 0,
-            deadline,
+            due,
+            timer: None,
         }
     }
 
     fn finish(&mut self) {
-        self.deadline = None;
+        self.due = None;
+        self.timer = None;
         self.budget.release(std::mem::take(&mut self.held));
     }
 }
@@ -210,16 +215,25 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = self.get_mut();
-        let Some(deadline) = this.deadline.as_mut() else {
+        let Some(due) = this.due else {
             return Poll::Ready(None);
         };
         // Checked before reading on: a body trickling a byte at a time is never Pending.
-        if deadline.as_mut().poll(cx).is_ready() {
+        if Instant::now() >= due {
             this.finish();
             return Poll::Ready(Some(Err(this.budget.timeout())));
         }
         let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    this.finish();
+                    return Poll::Ready(Some(Err(this.budget.timeout())));
+                }
+                return Poll::Pending;
+            }
             Poll::Ready(None) => {
                 this.finish();
                 return Poll::Ready(None);
@@ -241,7 +255,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.deadline.is_none() || self.inner.is_end_stream()
+        self.due.is_none() || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -38,17 +38,26 @@ async fn window_credit_through_a_region_is_released_not_stranded() {
     );
     let started = Instant::now();
     let mut admitted = 0u64;
+    // Units admitted and the first admission's offset, per window, for the failure message.
+    let mut windows = std::collections::BTreeMap::<u64, (u64, u64)>::new();
     while started.elapsed() < Duration::from_millis(BUSY_MS) {
         for _ in 0..20 {
             let dims = [Dimension::policy("api", &[("tenant", "acme")])];
             let req = AdmitRequest::new(&dims);
-            admitted += u64::from(agent.engine.admit(&req, agent.clock.now()).allowed);
+            if agent.engine.admit(&req, agent.clock.now()).allowed {
+                admitted += 1;
+                let now = unix_ms();
+                windows.entry(now / 1_000).or_insert((0, now % 1_000)).0 += 1;
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Demand far above the limit for several windows: most of each was admitted, so the
     // check below is about credit that was really leased.
-    assert!(admitted >= 3 * LIMIT, "admitted {admitted}");
+    assert!(
+        admitted >= 3 * LIMIT,
+        "admitted {admitted}; per window (units, first at ms): {windows:?}"
+    );
 
     // The last window ends, its leases settle and the root's grace passes.
     tokio::time::sleep(Duration::from_millis(3_500)).await;
@@ -64,7 +73,7 @@ async fn window_credit_through_a_region_is_released_not_stranded() {
         .unwrap()
         .into_inner();
     let total = usage.total.unwrap_or_default();
-    eprintln!("agent admitted {admitted}; root booked {total:?}");
+    eprintln!("agent admitted {admitted}, per window (units, first at ms) {windows:?}; root booked {total:?}");
     // Before the region released its ended leases, what it held at each window's end was
     // written off: 99 to 200 units in three of four runs (5 in the fourth, whose windows
     // ended with little held). A region or agent starved of CPU may still miss a window's

@@ -39,7 +39,14 @@ fn assert_rollout_held(seed: u64, r: &NetReport, agents: usize) {
     );
     assert_eq!(ro.check.violations(), 0, "seed {seed}: {:?}", ro.check);
     assert!(r.ledger_conserved, "seed {seed}: ledger out of balance");
-    assert!(r.passed(), "seed {seed}");
+    assert!(
+        r.passed(),
+        "seed {seed}: bound {:?} expiry {:?} miscounts {:?} settlements {:?}",
+        r.bound,
+        r.expiry,
+        r.miscounts,
+        r.settlements
+    );
     // The check means something: windows on both sides, and traffic after the switch.
     assert!(ro.check.before.windows > 0 && ro.check.after.windows > 0);
     let after = r

@@ -18,7 +18,7 @@ use crate::replica::{Replica, ReplicaError};
 use crate::state::AllocatorState;
 use exchange::Exchange;
 use leasehold_client::Grantor;
-use leasehold_common::lease::{HolderConfig, LeaseVerifier};
+use leasehold_common::lease::{wait_after_denial_ms, HolderConfig, LeaseVerifier};
 use leasehold_common::time::Nanos;
 use leasehold_proto::transport::ChannelSettings;
 use plan::{plan, views, PlanSettings, Step};
@@ -182,8 +182,10 @@ async fn round<R: Replica<AllocatorState>>(
         match outcome {
             Ok(()) => {}
             Err(exchange::Pause { ms, why }) => {
-                tracing::debug!(key = %v.key, ?step, why, "upstream step paused");
-                let wait = ms.max(cfg.retry_ms).saturating_mul(1_000_000);
+                tracing::debug!(key = %v.key, ?step, why, ms, "upstream step paused");
+                // An upstream denial names when its credit returns (a window's reset); other pauses
+                // name nothing and wait retry_ms.
+                let wait = wait_after_denial_ms(ms, cfg.retry_ms).saturating_mul(1_000_000);
                 memory
                     .not_before
                     .insert(v.key.clone(), now.saturating_add_ns(wait));

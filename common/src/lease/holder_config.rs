@@ -189,3 +189,16 @@ impl HolderConfig {
         DemandMeter::new(self.demand_slot_ms, self.demand_slots, now)
     }
 }
+
+/// How long a holder waits before asking again after a grantor denied credit and named
+/// when to come back (`named_ms`, 0 when it named nothing). A named time is kept as it is:
+/// a window's credit returns at its reset, often a few milliseconds after the denial, and
+/// waiting `retry_ms` instead would leave the holder without credit for that long at the
+/// start of every window. The caller's own tick bounds how often it can ask.
+pub fn wait_after_denial_ms(named_ms: u64, retry_ms: u64) -> u64 {
+    if named_ms > 0 {
+        named_ms
+    } else {
+        retry_ms
+    }
+}

@@ -56,5 +56,5 @@ pub mod sign;
 
 pub use demand::{Demand, DemandMeter};
 pub use holder::{HeldLease, LeaseState, RenewalError, SpendError, UsageReport};
-pub use holder_config::{HolderConfig, HolderConfigError};
+pub use holder_config::{wait_after_denial_ms, HolderConfig, HolderConfigError};
 pub use sign::{canonical_bytes, LeaseSigner, LeaseVerifier, SignatureError};

@@ -553,6 +553,7 @@ impl LeaseManager {
     /// [`LeaseManager::top_up`], once a mark allows it.
     pub(super) fn start(&mut self, req: AcquireRequest, lease: pb::Lease, sent_at: Nanos) {
         let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+        tracing::debug!(policy = %req.policy_id, key = %req.key, lease_id = lease.lease_id, credit = lease.credit, ttl_ms = lease.ttl_ms, "lease started");
         req.slot.deposit(0, deadline.0);
         req.slot.set_state(SlotState::Active);
         let counts_base = req.slot.acknowledged();

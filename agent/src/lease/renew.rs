@@ -72,7 +72,12 @@ impl LeaseManager {
         let Some(h) = self.held.get(k) else {
             return Todo::Nothing;
         };
-        let heard_lately = now.saturating_since(h.last_report) <= h.ttl_ns;
+        // A lease granted a few milliseconds before its end has a ttl shorter than any
+        // round trip; a grantor heard from within a report interval still answers.
+        let lately_ns = h
+            .ttl_ns
+            .max(self.cfg.report_every_ms.saturating_mul(NS_PER_MS));
+        let heard_lately = now.saturating_since(h.last_report) <= lately_ns;
         if now >= h.deadline && (h.pinned || heard_lately) {
             // Spending under it is over and its usage exact. A lease that ends with its
             // window, or whose grantor answered within one ttl (a lease granted too near a
@@ -83,6 +88,7 @@ impl LeaseManager {
         if now >= h.deadline {
             // Expired, its grantor silent: stop; the grantor writes it off.
             let h = self.held.remove(k).expect("present");
+            tracing::debug!(key = %h.key, lease_id = h.lease_id, credit = h.credit, "lease expired unreleased, its grantor silent");
             h.slot.close();
             h.slot.set_state(SlotState::Idle);
             self.forget.push(h.lease_id);
@@ -215,6 +221,7 @@ impl LeaseManager {
             h.credit = h.credit.max(lease.credit);
             if lease.generation > h.generation {
                 let deadline = self.cfg.holder.deadline(sent_at, lease.ttl_ms);
+                tracing::debug!(key = %h.key, lease_id = h.lease_id, credit = lease.credit, ttl_ms = lease.ttl_ms, retry_after_ms = resp.retry_after_ms, "lease renewed");
                 let renew_within_ns = renew_within_ns(&self.cfg.holder, h.ttl_ns);
                 h.pinned = deadline.saturating_since(h.deadline) < renew_within_ns;
                 h.generation = lease.generation;
@@ -266,6 +273,7 @@ impl LeaseManager {
                     fail_open_units: last.fail_open,
                 };
                 self.counters.releases += 1;
+                tracing::debug!(key = %h.key, lease_id = h.lease_id, final_used, credit = h.credit, "lease released");
                 (h, final_used, counts, r)
             })
             .collect();

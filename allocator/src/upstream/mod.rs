@@ -166,6 +166,9 @@ async fn round<R: Replica<AllocatorState>>(
             continue;
         }
         let step = plan(&v, now, memory.last_report.get(&v.key).copied(), &cfg.plan);
+        if step != Step::Wait {
+            tracing::debug!(key = %v.key, ?step, want = v.want, position = ?v.position, "upstream step");
+        }
         let outcome = match step {
             Step::Wait => continue,
             Step::Acquire => ex.acquire(&v, now).await,

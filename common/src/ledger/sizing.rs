@@ -31,6 +31,22 @@ pub fn demand_per_horizon(demand_milli_per_sec: u64, horizon_ms: u64) -> u64 {
     u64::try_from(units).unwrap_or(u64::MAX)
 }
 
+/// Longest tail of an upstream lease in which none of its credit is sub-leased, as a window
+/// keeps its own tail: at most a tenth of the policy's lease ttl.
+pub const UPSTREAM_TAIL_MAX_NS: u64 = super::window::WINDOW_TAIL_MAX_NS;
+
+/// For a key supplied by an upstream lease that ends within its tail at `now`: the time
+/// left until its deadline. A sub-lease granted then would live a few milliseconds, less
+/// than holders take off every lease for safety, and its holder would leave it unspent.
+fn upstream_tail_left(account: &Account, ttl_ms: u64, now: Nanos) -> Option<u64> {
+    let super::account::Supply::Upstream(u) = &account.supply else {
+        return None;
+    };
+    let tail_ns = (ttl_ms.saturating_mul(NS_PER_MS) / 10).min(UPSTREAM_TAIL_MAX_NS);
+    let left_ns = u.deadline.saturating_since(now);
+    (u.lease_id.is_some() && left_ns < tail_ns).then_some(left_ns)
+}
+
 /// Fair-share weight of a priority: higher priorities weigh more.
 pub fn weight_of(priority: u32) -> u64 {
     u64::from(priority) + 1
@@ -72,6 +88,11 @@ fn size(
         return Err((DenyReason::MaxCredit, horizon_ns));
     }
     let mut target = ask.want.min(headroom);
+    if let Some(left_ns) = upstream_tail_left(account, lp.ttl_ms, now) {
+        // Sub-leased now, the credit could barely be spent before the holder's deadline;
+        // the holder asks again once the upstream lease has been renewed or replaced.
+        return Err((DenyReason::Exhausted, left_ns.max(1)));
+    }
     let available = account.available(now);
     let reserve = reserve_units(account.ceiling(), lp.reserve_ppm);
     let may_use_reserve = ask.priority >= lp.reserve_priority_min;

@@ -280,6 +280,35 @@ fn delegated_ledger_subleases_only_upstream_credit() {
 }
 
 #[test]
+fn nothing_is_subleased_in_an_upstream_lease_tail() {
+    let mut l = Ledger::new(LedgerConfig::delegated("region"));
+    l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();
+    let up = UpstreamLease {
+        policy_id: "p".into(),
+        key: "k".into(),
+        upstream_lease_id: 5,
+        credit: 200,
+        deadline: Nanos(3 * SEC),
+        generation: 1,
+    };
+    l.apply(Nanos(0), Command::UpstreamGranted(up)).unwrap();
+    let early = Nanos(3 * SEC - 260_000_000);
+    let g = granted(l.apply(early, acquire("a", 10, 1)).unwrap());
+    assert_eq!(g.lease.credit, 10);
+    // ttl 10 s: the tail is min(1 s, 250 ms). 240 ms before the deadline nothing is
+    // sub-leased, and the holder is told to come back when the upstream lease ends.
+    let late = Nanos(3 * SEC - 240_000_000);
+    match l.apply(late, acquire("a", 10, 2)).unwrap() {
+        Outcome::Denied {
+            reason: DenyReason::Exhausted,
+            retry_after_ns,
+        } => assert_eq!(retry_after_ns, 240_000_000),
+        other => panic!("expected a denial in the tail, got {other:?}"),
+    }
+    assert!(l.conserved());
+}
+
+#[test]
 fn a_replayed_upstream_version_never_extends_its_deadline() {
     let mut l = Ledger::new(LedgerConfig::delegated("region"));
     l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();

@@ -33,8 +33,8 @@ use super::watch::Watching;
 use crate::credit::{CreditSlot, SlotCounts, SlotState};
 use crate::engine::{AcquireReceiver, AcquireRequest, Engine};
 use leasehold_client::{Grantor, GrantorError};
-use leasehold_common::lease::HolderConfig;
 use leasehold_common::lease::LeaseVerifier;
+use leasehold_common::lease::{wait_after_denial_ms, HolderConfig};
 use leasehold_common::time::{Clock, Nanos};
 use leasehold_proto::leasehold::v1 as pb;
 use std::collections::BTreeMap;
@@ -509,7 +509,8 @@ impl LeaseManager {
             Ok(denied) => {
                 tracing::debug!(policy = %req.policy_id, key = %req.key, reason = denied.deny_reason, "lease denied for now");
                 self.counters.denials += 1;
-                let wait = denied.retry_after_ms.max(self.cfg.retry_ms) * NS_PER_MS;
+                let wait = wait_after_denial_ms(denied.retry_after_ms, self.cfg.retry_ms)
+                    .saturating_mul(NS_PER_MS);
                 let retry_at = sent_at.saturating_add_ns(wait);
                 req.slot.deny_until(retry_at.0);
                 self.waiting.push((req, retry_at));

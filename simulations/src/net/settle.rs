@@ -8,7 +8,8 @@
 //! from its state file, with `final_used` = its mark) or written off at expiry (counted spent
 //! in full). The agent holds one lease at a time per key and spends a lease only once it has
 //! received it, so what it admitted under the leases of a crashed run is what it admitted
-//! from receiving the first of them to the crash ([`super::receipts`]).
+//! from receiving the first of them to the crash ([`super::receipts`]), less what is
+//! stamped at that very instant when an earlier lease of the run may have spent it.
 
 use super::check::Admission;
 use super::cluster::{leader_of, NodeSlots};
@@ -245,9 +246,18 @@ fn settle_one(
     }
     if let Some(from) = first_ns {
         let until = c.run_until_ns.unwrap_or(u64::MAX);
+        // Admissions are stamped at their round's start, so one stamped at the very instant
+        // the first of these leases arrived may have been spent under an earlier lease of
+        // the run (a replacement is spent only after the lease it replaces was released).
+        // Only with no earlier lease in the run is it surely under these.
+        let earlier = receipts
+            .versions(c.agent)
+            .iter()
+            .any(|v| v.received_ns >= c.run_from_ns && v.received_ns < from);
         s.admitted = admissions
             .iter()
-            .filter(|a| a.agent == c.agent && a.at_ns >= from && a.at_ns < until)
+            .filter(|a| a.agent == c.agent && a.at_ns < until)
+            .filter(|a| a.at_ns > from || (a.at_ns == from && !earlier))
             .count() as u64;
     }
     s

@@ -31,18 +31,14 @@ pub fn demand_per_horizon(demand_milli_per_sec: u64, horizon_ms: u64) -> u64 {
     u64::try_from(units).unwrap_or(u64::MAX)
 }
 
-/// Longest tail of an upstream lease in which none of its credit is sub-leased, as a window
-/// keeps its own tail: at most a tenth of the policy's lease ttl.
-pub const UPSTREAM_TAIL_MAX_NS: u64 = super::window::WINDOW_TAIL_MAX_NS;
-
-/// For a key supplied by an upstream lease that ends within its tail at `now`: the time
-/// left until its deadline. A sub-lease granted then would live a few milliseconds, less
+/// For a key supplied by an upstream lease that ends within its tail at `now` (the tail of
+/// one lease ttl, as a window keeps its own): the time left until its deadline. A sub-lease granted then would live a few milliseconds, less
 /// than holders take off every lease for safety, and its holder would leave it unspent.
 fn upstream_tail_left(account: &Account, ttl_ms: u64, now: Nanos) -> Option<u64> {
     let super::account::Supply::Upstream(u) = &account.supply else {
         return None;
     };
-    let tail_ns = (ttl_ms.saturating_mul(NS_PER_MS) / 10).min(UPSTREAM_TAIL_MAX_NS);
+    let tail_ns = super::window::tail_ns(ttl_ms.saturating_mul(NS_PER_MS));
     let left_ns = u.deadline.saturating_since(now);
     (u.lease_id.is_some() && left_ns < tail_ns).then_some(left_ns)
 }

@@ -44,6 +44,18 @@ fn acquire(holder: &str, want: u64, request_id: u64) -> Command {
     })
 }
 
+/// The first version of upstream lease `id` on key "k", as a region records it.
+fn upstream_granted(id: u64, credit: u64, deadline_ns: u64) -> Command {
+    Command::UpstreamGranted(UpstreamLease {
+        policy_id: "p".into(),
+        key: "k".into(),
+        upstream_lease_id: id,
+        credit,
+        deadline: Nanos(deadline_ns),
+        generation: 1,
+    })
+}
+
 fn granted(o: Outcome) -> Grant {
     match o {
         Outcome::Granted(g) => *g,
@@ -257,15 +269,8 @@ fn delegated_ledger_subleases_only_upstream_credit() {
             ..
         }
     ));
-    let up = UpstreamLease {
-        policy_id: "p".into(),
-        key: "k".into(),
-        upstream_lease_id: 77,
-        credit: 200,
-        deadline: Nanos(3 * SEC),
-        generation: 1,
-    };
-    l.apply(Nanos(0), Command::UpstreamGranted(up)).unwrap();
+    l.apply(Nanos(0), upstream_granted(77, 200, 3 * SEC))
+        .unwrap();
     let g = granted(l.apply(Nanos(SEC), acquire("a", 500, 2)).unwrap());
     assert_eq!(g.lease.credit, 180, "10% reserve of the 200 pool");
     assert_eq!(g.lease.parent_lease_id, Some(77));
@@ -283,15 +288,8 @@ fn delegated_ledger_subleases_only_upstream_credit() {
 fn nothing_is_subleased_in_an_upstream_lease_tail() {
     let mut l = Ledger::new(LedgerConfig::delegated("region"));
     l.apply(Nanos(0), Command::PutPolicy(params(1))).unwrap();
-    let up = UpstreamLease {
-        policy_id: "p".into(),
-        key: "k".into(),
-        upstream_lease_id: 5,
-        credit: 200,
-        deadline: Nanos(3 * SEC),
-        generation: 1,
-    };
-    l.apply(Nanos(0), Command::UpstreamGranted(up)).unwrap();
+    l.apply(Nanos(0), upstream_granted(5, 200, 3 * SEC))
+        .unwrap();
     let early = Nanos(3 * SEC - 260_000_000);
     let g = granted(l.apply(early, acquire("a", 10, 1)).unwrap());
     assert_eq!(g.lease.credit, 10);

@@ -26,6 +26,12 @@ use serde::{Deserialize, Serialize};
 /// could barely be spent before its holder-side deadline, and its holder would only ask again.
 pub const WINDOW_TAIL_MAX_NS: u64 = 250_000_000;
 
+/// The tail of a span of credit `span_ns` long (a window, or an upstream lease's ttl) in
+/// which none of it is granted: a tenth of the span, at most [`WINDOW_TAIL_MAX_NS`].
+pub fn tail_ns(span_ns: u64) -> u64 {
+    (span_ns / 10).min(WINDOW_TAIL_MAX_NS)
+}
+
 /// How a policy's allowance comes in windows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WindowSpec {
@@ -148,7 +154,7 @@ impl WindowSupply {
     /// Credit that may be granted at `now` (after [`roll`](Self::roll)): the free allowance
     /// less the previous window's sliding weight, and nothing in the window's tail.
     pub fn grantable(&self, now: Nanos) -> u64 {
-        if self.end.saturating_since(now) < self.tail_ns() {
+        if self.end.saturating_since(now) < tail_ns(self.end.saturating_since(self.start)) {
             return 0;
         }
         self.free.saturating_sub(self.previous_weight(now))
@@ -171,10 +177,6 @@ impl WindowSupply {
         let left = u128::from(self.end.saturating_since(now));
         let weighted = (u128::from(self.previous) * left).div_ceil(len);
         u64::try_from(weighted).unwrap_or(u64::MAX)
-    }
-
-    fn tail_ns(&self) -> u64 {
-        (self.end.saturating_since(self.start) / 10).min(WINDOW_TAIL_MAX_NS)
     }
 
     /// How long until `missing` more units could be granted: for a sliding window, until

@@ -1,13 +1,18 @@
 //! The lease service for downstream holders: agents and lower-level allocators.
 
 use super::auth::holder_caller;
-use super::convert::{deny_to_pb, lease_to_pb, ledger_status, replica_status};
+use super::convert::replica_status;
 use super::decide::{Decider, UpstreamDecider};
+use super::lease_batch::lease_batch;
+use super::lease_calls::{
+    acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
+    report_answer, report_command,
+};
 use super::watch::{watch_stream, WatchSettings};
 use crate::replica::Replica;
-use crate::state::{AllocatorState, StateCommand, StateOutput};
-use leasehold_common::lease::{Lease, LeaseSigner};
-use leasehold_common::ledger::{Acquire, HolderCounts, Outcome, Release, Report};
+use crate::state::{AllocatorState, StateCommand};
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::Outcome;
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::lease_service_server::LeaseService;
 use leasehold_proto::transport::AuthMode;
@@ -39,27 +44,14 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
         self
     }
 
-    fn signed(&self, mut lease: Lease) -> pb::Lease {
-        self.signer.sign(&mut lease);
-        lease_to_pb(&lease)
-    }
-
     async fn propose(&self, command: StateCommand) -> Result<Outcome, Status> {
-        match self
-            .replica
-            .propose(command)
-            .await
-            .map_err(replica_status)?
-        {
-            StateOutput::Ledger(Ok(o)) => Ok(o),
-            StateOutput::Ledger(Err(e)) => Err(ledger_status(&e)),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+        ledger_outcome(
+            self.replica
+                .propose(command)
+                .await
+                .map_err(replica_status)?,
+        )
     }
-}
-
-fn ms(ns: u64) -> u64 {
-    ns.div_ceil(1_000_000)
 }
 
 #[tonic::async_trait]
@@ -70,36 +62,8 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let acquire = Acquire {
-            holder_id: r.holder_id.clone(),
-            policy_id: r.policy_id.clone(),
-            key: r.key.clone(),
-            want_credit: r.want_credit,
-            demand_milli_per_sec: r.demand_milli_units_per_sec,
-            request_id: r.request_id,
-            priority: r.priority,
-        };
-        let counts = HolderCounts {
-            refused: r.refused_units,
-            shaped: r.shaped_units,
-            fail_open: r.fail_open_units,
-        };
-        let resp = match self.propose(StateCommand::acquire(acquire, counts)).await? {
-            Outcome::Granted(g) => pb::AcquireResponse {
-                lease: Some(self.signed(g.lease)),
-                ..Default::default()
-            },
-            Outcome::Denied {
-                reason,
-                retry_after_ns,
-            } => pb::AcquireResponse {
-                retry_after_ms: ms(retry_after_ns),
-                deny_reason: deny_to_pb(reason) as i32,
-                ..Default::default()
-            },
-            other => return Err(Status::internal(format!("unexpected outcome {other:?}"))),
-        };
-        Ok(Response::new(resp))
+        let outcome = self.propose(acquire_command(r)).await?;
+        Ok(Response::new(acquire_answer(Some(&self.signer), outcome)?))
     }
 
     async fn report(
@@ -108,34 +72,8 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let report = Report {
-            holder_id: r.holder_id.clone(),
-            lease_id: r.lease_id,
-            used: r.used,
-            return_credit: r.return_credit,
-            want_credit: r.want_credit,
-            demand_milli_per_sec: r.demand_milli_units_per_sec,
-            request_id: r.request_id,
-            priority: 0,
-        };
-        let counts = HolderCounts {
-            refused: r.refused_units,
-            shaped: r.shaped_units,
-            fail_open: r.fail_open_units,
-        };
-        let cmd = StateCommand::report(report, r.shadow_would_deny, counts);
-        match self.propose(cmd).await? {
-            Outcome::Granted(g) => {
-                let g = *g;
-                Ok(Response::new(pb::ReportResponse {
-                    lease: Some(self.signed(g.lease)),
-                    replacement: g.replacement.map(|l| self.signed(*l)),
-                    retry_after_ms: ms(g.retry_after_ns),
-                    ..Default::default()
-                }))
-            }
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
-        }
+        let outcome = self.propose(report_command(r)).await?;
+        Ok(Response::new(report_answer(Some(&self.signer), outcome)?))
     }
 
     async fn release(
@@ -144,27 +82,17 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let release = Release {
-            holder_id: r.holder_id.clone(),
-            lease_id: r.lease_id,
-            final_used: r.final_used,
-            request_id: r.request_id,
-        };
-        let counts = HolderCounts {
-            refused: r.refused_units,
-            shaped: r.shaped_units,
-            fail_open: r.fail_open_units,
-        };
-        match self.propose(StateCommand::release(release, counts)).await? {
-            Outcome::Released {
-                reclaimed,
-                stranded,
-            } => Ok(Response::new(pb::ReleaseResponse {
-                reclaimed,
-                stranded,
-            })),
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
-        }
+        let outcome = self.propose(release_command(r)).await?;
+        Ok(Response::new(release_answer(outcome)?))
+    }
+
+    async fn lease_batch(
+        &self,
+        req: Request<pb::LeaseBatchRequest>,
+    ) -> Result<Response<pb::LeaseBatchResponse>, Status> {
+        holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
+        let answered = lease_batch(&self.replica, Some(&self.signer), req.into_inner()).await?;
+        Ok(Response::new(answered))
     }
 
     async fn decide(

@@ -149,7 +149,8 @@ impl AllocatorState {
             | StateCommand::ShadowReport { .. }
             | StateCommand::CountedReport { .. }
             | StateCommand::CountedRelease { .. }
-            | StateCommand::CountedAcquire { .. } => {
+            | StateCommand::CountedAcquire { .. }
+            | StateCommand::LeaseCalls(_) => {
                 unreachable!("ledger commands are applied directly")
             }
         };

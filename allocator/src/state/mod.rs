@@ -8,6 +8,7 @@
 
 mod admin;
 pub mod backup;
+mod batch;
 mod earlier;
 mod preview;
 mod ratelimit;
@@ -108,9 +109,25 @@ pub enum StateCommand {
         acquire: Acquire,
         counts: HolderCounts,
     },
+    /// The calls of one holder's `LeaseBatch`, applied in order at one time as one
+    /// command. Each is one of the holder forms above (acquire, report, release), never
+    /// another batch; anything else is answered `Refused` without being applied.
+    LeaseCalls(Vec<StateCommand>),
 }
 
 impl StateCommand {
+    /// Whether this is a holder's acquire, report or release, in any of its forms.
+    pub fn is_lease_call(&self) -> bool {
+        matches!(
+            self,
+            StateCommand::Ledger(Command::Acquire(_) | Command::Report(_) | Command::Release(_))
+                | StateCommand::ShadowReport { .. }
+                | StateCommand::CountedReport { .. }
+                | StateCommand::CountedRelease { .. }
+                | StateCommand::CountedAcquire { .. }
+        )
+    }
+
     /// The command for a holder's report: the older, smaller forms while the holder has no
     /// counts of its own, so their log entries stay as they were.
     pub fn report(report: Report, shadow_would_deny: u64, counts: HolderCounts) -> StateCommand {
@@ -163,6 +180,8 @@ pub enum StateOutput {
     Budget,
     Restored(backup::Restored),
     Refused(AdminError),
+    /// One output per call of a `LeaseCalls` command, in order.
+    Batch(Vec<StateOutput>),
 }
 
 /// A policy version waiting for its effective time.
@@ -367,6 +386,7 @@ impl Machine for AllocatorState {
             StateCommand::CountedAcquire { acquire, counts } => {
                 self.apply_acquire(now, acquire, counts)
             }
+            StateCommand::LeaseCalls(calls) => self.apply_lease_calls(now, calls),
             other => self.apply_admin(now, other),
         }
     }

@@ -173,3 +173,49 @@ fn shadow_marks_of_ended_leases_are_dropped() {
         s.shadow.marks_len()
     );
 }
+
+/// Snapshot bytes of a state, to compare two states whole.
+fn encoded(s: &AllocatorState) -> Vec<u8> {
+    postcard::to_allocvec(s).unwrap()
+}
+
+#[test]
+fn a_lease_batch_applies_as_its_calls_one_by_one_and_nothing_else() {
+    let mut batched = with_policy(LedgerConfig::root("global"));
+    let lease = acquire(&mut batched, "gw-1", "api:tenant=acme");
+    let mut single = batched.clone();
+    let other = Acquire {
+        holder_id: "gw-1".into(),
+        policy_id: "api".into(),
+        key: "api:tenant=beta".into(),
+        want_credit: 10,
+        demand_milli_per_sec: 0,
+        request_id: 2,
+        priority: 0,
+    };
+    let calls = vec![
+        report("gw-1", lease, 3, 2),
+        StateCommand::Ledger(Command::Acquire(other)),
+        report("gw-1", 999, 4, 0),
+    ];
+    let one_by_one: Vec<StateOutput> = calls.iter().map(|c| single.apply(T0, c.clone())).collect();
+    let out = batched.apply(T0, StateCommand::LeaseCalls(calls));
+    assert_eq!(out, StateOutput::Batch(one_by_one));
+    assert_eq!(encoded(&batched), encoded(&single));
+
+    let admin = StateCommand::Revoke {
+        lease_id: lease,
+        reason: "smuggled".into(),
+        actor: "gw-1".into(),
+    };
+    let nested = StateCommand::LeaseCalls(vec![report("gw-1", lease, 5, 0)]);
+    let out = batched.apply(T0, StateCommand::LeaseCalls(vec![admin, nested]));
+    let StateOutput::Batch(outs) = out else {
+        panic!("{out:?}")
+    };
+    assert!(
+        outs.iter().all(|o| matches!(o, StateOutput::Refused(_))),
+        "{outs:?}"
+    );
+    assert_eq!(encoded(&batched), encoded(&single), "nothing applied");
+}

@@ -1,5 +1,6 @@
-//! Carrying out one planned step: a call upstream, then the replicated command that
-//! records what came back.
+//! Carrying out one key's planned step: what is recorded before the call upstream, the
+//! call itself (sent with every other key's in one batch, see [`super::round`]), and the
+//! replicated command that records what came back.
 //!
 //! Order matters for P1. Credit enters the ledger only after the upstream granted it, with
 //! a deadline measured from before the request was sent. Idle credit leaves the ledger
@@ -8,17 +9,20 @@
 //! once no sub-lease of it is out and nothing is left to sub-lease, so the final usage it
 //! states can no longer grow.
 
-use super::plan::KeyView;
+use super::plan::{KeyView, Step};
 use super::{UpstreamConfig, UpstreamCounters};
 use crate::replica::{Replica, ReplicaError};
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_client::wire::lease_from_pb;
-use leasehold_client::{Grantor, GrantorError};
+use leasehold_client::GrantorError;
 use leasehold_common::lease::LeaseVerifier;
 use leasehold_common::ledger::{Command, Outcome, UpstreamLease};
 use leasehold_common::time::Nanos;
 use leasehold_proto::leasehold::v1 as pb;
+use pb::lease_batch_item::Call;
+use pb::lease_batch_outcome::Outcome as Answer;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 /// A step that could not finish: try the key again after `ms`.
@@ -37,30 +41,27 @@ fn pause(ms: u64, why: impl ToString) -> Pause {
 
 pub struct Exchange<R> {
     replica: R,
-    grantor: Arc<dyn Grantor>,
     verifier: Option<LeaseVerifier>,
     cfg: UpstreamConfig,
     counters: Arc<UpstreamCounters>,
-    last_request_id: u64,
-    leading: bool,
+    last_request_id: AtomicU64,
+    leading: AtomicBool,
 }
 
 impl<R: Replica<AllocatorState>> Exchange<R> {
     pub fn new(
         replica: R,
-        grantor: Arc<dyn Grantor>,
         verifier: Option<LeaseVerifier>,
         cfg: UpstreamConfig,
         counters: Arc<UpstreamCounters>,
     ) -> Self {
         Exchange {
             replica,
-            grantor,
             verifier,
             cfg,
             counters,
-            last_request_id: 0,
-            leading: true,
+            last_request_id: AtomicU64::new(0),
+            leading: AtomicBool::new(true),
         }
     }
 
@@ -68,20 +69,73 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
         &self.replica
     }
 
-    /// False once a proposal was refused for lack of leadership in this round.
-    pub fn still_leading(&mut self) -> bool {
-        std::mem::replace(&mut self.leading, true)
+    /// False once a proposal was refused for lack of leadership since the last look.
+    pub fn still_leading(&self) -> bool {
+        self.leading.swap(true, Relaxed)
     }
 
     /// Request ids must grow across every leader of this cluster: the replicated timeline
     /// does, and it is far coarser than the ids one round uses.
-    fn request_id(&mut self, now: Nanos) -> u64 {
-        self.last_request_id = (self.last_request_id + 1).max(now.0);
-        self.last_request_id
+    fn request_id(&self, now: Nanos) -> u64 {
+        let next = |last: u64| (last + 1).max(now.0);
+        let last = self
+            .last_request_id
+            .fetch_update(Relaxed, Relaxed, |last| Some(next(last)))
+            .unwrap_or_else(|last| last);
+        next(last)
     }
 
-    pub async fn acquire(&mut self, v: &KeyView, now: Nanos) -> Result<(), Pause> {
-        let req = pb::AcquireRequest {
+    /// Everything a step records before its call, and the call; None when the step needs
+    /// no call (an expired lease closed, a released key found already closed).
+    pub async fn prepare(
+        &self,
+        v: &KeyView,
+        step: &Step,
+        now: Nanos,
+    ) -> Result<Option<Call>, Pause> {
+        match *step {
+            Step::Wait => Ok(None),
+            Step::Acquire => Ok(Some(Call::Acquire(self.acquire_request(v, now)))),
+            Step::Report {
+                give_back,
+                want_more,
+            } => {
+                let req = self.report_request(v, now, give_back, want_more).await?;
+                Ok(Some(Call::Report(req)))
+            }
+            Step::Expired => {
+                self.counters.expired.fetch_add(1, Relaxed);
+                self.close(v, false).await.map(|()| None)
+            }
+            Step::Release => Ok(self.release_request(v, now).await?.map(Call::Release)),
+        }
+    }
+
+    /// Records what the upstream answered to `call`.
+    pub async fn finish(
+        &self,
+        v: &KeyView,
+        call: &Call,
+        answer: Result<Answer, GrantorError>,
+        sent_at: Nanos,
+    ) -> Result<(), Pause> {
+        match (call, answer) {
+            (Call::Acquire(_), Ok(Answer::Acquired(resp))) => self.acquired(v, resp, sent_at).await,
+            (Call::Report(_), Ok(Answer::Reported(resp))) => self.reported(v, resp, sent_at).await,
+            (Call::Report(_), Err(GrantorError::Refused { code, message })) => {
+                // The upstream no longer knows the lease: it ran out or was revoked there.
+                tracing::info!(key = %v.key, ?code, message, "upstream lease gone");
+                self.close(v, false).await
+            }
+            (Call::Release(_), Ok(Answer::Released(_))) => self.released(v, true).await,
+            (Call::Release(_), Err(GrantorError::Refused { .. })) => self.released(v, false).await,
+            (_, Err(e)) => Err(self.failed(e)),
+            (_, Ok(other)) => Err(pause(0, format!("upstream answered with {other:?}"))),
+        }
+    }
+
+    fn acquire_request(&self, v: &KeyView, now: Nanos) -> pb::AcquireRequest {
+        pb::AcquireRequest {
             holder_id: self.cfg.holder_id.clone(),
             policy_id: v.policy_id.clone(),
             key: v.key.clone(),
@@ -91,12 +145,15 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             priority: v.priority,
             known_policy_version: 0,
             ..Default::default()
-        };
-        let resp = self
-            .grantor
-            .acquire(req)
-            .await
-            .map_err(|e| self.failed(e))?;
+        }
+    }
+
+    async fn acquired(
+        &self,
+        v: &KeyView,
+        resp: pb::AcquireResponse,
+        now: Nanos,
+    ) -> Result<(), Pause> {
         let Some(lease) = resp.lease else {
             self.counters.denied.fetch_add(1, Relaxed);
             return Err(pause(resp.retry_after_ms, "upstream denied credit"));
@@ -105,13 +162,13 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
         self.publish(v, &lease, now).await
     }
 
-    pub async fn report(
-        &mut self,
+    async fn report_request(
+        &self,
         v: &KeyView,
         now: Nanos,
         give_back: u64,
         want_more: u64,
-    ) -> Result<(), Pause> {
+    ) -> Result<pb::ReportRequest, Pause> {
         let pos = v.position.expect("planned on a lease");
         let mut returned = pos.returned;
         if give_back > 0 {
@@ -125,7 +182,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
                 self.counters.returned_units.fetch_add(give_back, Relaxed);
             }
         }
-        let req = pb::ReportRequest {
+        Ok(pb::ReportRequest {
             holder_id: self.cfg.holder_id.clone(),
             lease_id: pos.upstream_lease_id,
             used: pos.used,
@@ -136,16 +193,16 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             policy_version: 0,
             shadow_would_deny: 0,
             ..Default::default()
-        };
-        let resp = match self.grantor.report(req).await {
-            Ok(r) => r,
-            Err(GrantorError::Refused { code, message }) => {
-                // The upstream no longer knows the lease: it ran out or was revoked there.
-                tracing::info!(key = %v.key, ?code, message, "upstream lease gone");
-                return self.close(v, false).await;
-            }
-            Err(e) => return Err(self.failed(e)),
-        };
+        })
+    }
+
+    async fn reported(
+        &self,
+        v: &KeyView,
+        resp: pb::ReportResponse,
+        now: Nanos,
+    ) -> Result<(), Pause> {
+        let pos = v.position.expect("planned on a lease");
         self.counters.reports.fetch_add(1, Relaxed);
         let lease = resp.lease.unwrap_or_default();
         if lease.lease_id == pos.upstream_lease_id && lease.generation > pos.generation {
@@ -161,12 +218,13 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
         }
     }
 
-    pub async fn expired(&mut self, v: &KeyView) -> Result<(), Pause> {
-        self.counters.expired.fetch_add(1, Relaxed);
-        self.close(v, false).await
-    }
-
-    pub async fn release(&mut self, v: &KeyView, now: Nanos) -> Result<(), Pause> {
+    /// Gives the key's idle credit back and, once nothing of the lease is out or left to
+    /// sub-lease, the release that states its final usage.
+    async fn release_request(
+        &self,
+        v: &KeyView,
+        now: Nanos,
+    ) -> Result<Option<pb::ReleaseRequest>, Pause> {
         let pos = v.position.expect("planned on a lease");
         if pos.idle > 0 {
             let cmd = Command::UpstreamReturn {
@@ -182,28 +240,26 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
             .await
             .map_err(|e| self.replica_failed(e))?;
         let Some(pos) = fresh.filter(|p| p.upstream_lease_id == pos.upstream_lease_id) else {
-            return Ok(());
+            return Ok(None);
         };
         let (Some(final_used), 0) = (pos.final_used(), pos.idle) else {
             return Err(pause(0, "sub-leases still out"));
         };
-        let req = pb::ReleaseRequest {
+        Ok(Some(pb::ReleaseRequest {
             holder_id: self.cfg.holder_id.clone(),
             lease_id: pos.upstream_lease_id,
             final_used,
             request_id: self.request_id(now),
             ..Default::default()
-        };
-        let released = match self.grantor.release(req).await {
-            Ok(_) => true,
-            Err(GrantorError::Refused { .. }) => false,
-            Err(e) => return Err(self.failed(e)),
-        };
+        }))
+    }
+
+    async fn released(&self, v: &KeyView, released: bool) -> Result<(), Pause> {
         self.counters.released.fetch_add(1, Relaxed);
         self.close(v, released).await
     }
 
-    async fn close(&mut self, v: &KeyView, released: bool) -> Result<(), Pause> {
+    async fn close(&self, v: &KeyView, released: bool) -> Result<(), Pause> {
         let cmd = Command::UpstreamClosed {
             key: v.key.clone(),
             released,
@@ -212,12 +268,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
     }
 
     /// Records a granted or renewed upstream lease version sent for at `sent_at`.
-    async fn publish(
-        &mut self,
-        v: &KeyView,
-        lease: &pb::Lease,
-        sent_at: Nanos,
-    ) -> Result<(), Pause> {
+    async fn publish(&self, v: &KeyView, lease: &pb::Lease, sent_at: Nanos) -> Result<(), Pause> {
         let l = lease_from_pb(lease);
         if l.policy_id != v.policy_id || l.key != v.key || l.holder_id != self.cfg.holder_id {
             return Err(pause(
@@ -246,7 +297,7 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
 
     /// Proposes a ledger command; the outer error pauses the key (no leader, no quorum),
     /// the inner one is the ledger's refusal.
-    async fn propose(&mut self, cmd: Command) -> Result<Result<Outcome, String>, Pause> {
+    async fn propose(&self, cmd: Command) -> Result<Result<Outcome, String>, Pause> {
         match self.replica.propose(StateCommand::Ledger(cmd)).await {
             Ok(StateOutput::Ledger(r)) => Ok(r.map_err(|e| e.to_string())),
             Ok(other) => Ok(Err(format!("unexpected output {other:?}"))),
@@ -254,9 +305,9 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
         }
     }
 
-    fn replica_failed(&mut self, e: ReplicaError) -> Pause {
+    fn replica_failed(&self, e: ReplicaError) -> Pause {
         if matches!(e, ReplicaError::NotLeader { .. }) {
-            self.leading = false;
+            self.leading.store(false, Relaxed);
         }
         pause(0, e)
     }

@@ -3,9 +3,10 @@
 //! that credit.
 //!
 //! The driver runs on every node and acts only while its node leads: each round it reads
-//! the replicated ledger, [plans](plan::plan) a step per key, and carries it out: acquire,
+//! the replicated ledger, [plans](plan::plan) a step per key, and carries them out: acquire,
 //! report (which renews and gives idle credit back), close an expired lease, or release a
-//! key nobody uses. What it learns from upstream enters the ledger as replicated commands
+//! key nobody uses. The round's calls upstream leave together in one `LeaseBatch`, which
+//! the upstream applies as one replicated command. What it learns from upstream enters the ledger as replicated commands
 //! (`UpstreamGranted`, `UpstreamReturn`, `UpstreamClosed`), so a new leader continues from
 //! exactly where the old one stopped. Policies and emergency switches follow the upstream's
 //! watch stream ([`mirror`]).
@@ -13,16 +14,18 @@
 mod exchange;
 pub mod mirror;
 pub mod plan;
+mod round;
+mod send;
 
-use crate::replica::{Replica, ReplicaError};
+use crate::replica::Replica;
 use crate::state::AllocatorState;
 use exchange::Exchange;
 use leasehold_client::Grantor;
-use leasehold_common::lease::{wait_after_denial_ms, HolderConfig, LeaseVerifier};
-use leasehold_common::time::Nanos;
+use leasehold_common::lease::{HolderConfig, LeaseVerifier};
 use leasehold_proto::transport::ChannelSettings;
-use plan::{plan, views, PlanSettings, Step};
-use std::collections::HashMap;
+use plan::PlanSettings;
+use round::{round, Memory};
+use send::BatchSender;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,6 +94,8 @@ pub struct UpstreamCounters {
     pub expired: std::sync::atomic::AtomicU64,
     pub released: std::sync::atomic::AtomicU64,
     pub returned_units: std::sync::atomic::AtomicU64,
+    /// `LeaseBatch` calls sent upstream (each carries the calls of many keys).
+    pub batch_calls: std::sync::atomic::AtomicU64,
 }
 
 /// Runs the driver until `shutdown` completes.
@@ -102,7 +107,8 @@ pub async fn run_upstream<R: Replica<AllocatorState>>(
     counters: Arc<UpstreamCounters>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut ex = Exchange::new(replica, grantor, verifier, cfg.clone(), counters);
+    let sender = BatchSender::new(grantor, cfg.holder_id.clone(), Arc::clone(&counters));
+    let ex = Exchange::new(replica, verifier, cfg.clone(), counters);
     let mut memory = Memory::default();
     let mut every = tokio::time::interval(Duration::from_millis(cfg.tick_ms.max(1)));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -110,92 +116,7 @@ pub async fn run_upstream<R: Replica<AllocatorState>>(
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = every.tick() => round(&mut ex, &mut memory, &cfg).await,
-        }
-    }
-}
-
-/// What this node remembers between rounds; none of it is needed for safety, so a new
-/// leader starts with none.
-#[derive(Default)]
-struct Memory {
-    last_report: HashMap<String, Nanos>,
-    not_before: HashMap<String, Nanos>,
-    /// The last key of the previous round; the next round starts after it.
-    cursor: Option<String>,
-}
-
-async fn round<R: Replica<AllocatorState>>(
-    ex: &mut Exchange<R>,
-    memory: &mut Memory,
-    cfg: &UpstreamConfig,
-) {
-    let limit = cfg.plan.keys_per_round_max;
-    let after = memory.cursor.clone();
-    let read = ex
-        .replica()
-        .read(move |s| {
-            let now = s.ledger().now();
-            (now, views(s.ledger(), now, after.as_deref(), limit))
-        })
-        .await;
-    let (now, keys) = match read {
-        Ok(r) => r,
-        Err(ReplicaError::NotLeader { .. }) => {
-            // Another node drives; start afresh if this one leads again.
-            memory.last_report.clear();
-            memory.not_before.clear();
-            memory.cursor = None;
-            return;
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "upstream round skipped");
-            return;
-        }
-    };
-    // A key reported on longer ago than a release takes is due anyway; forgetting it keeps
-    // the map bounded by the keys active lately.
-    let forget_ns = cfg.plan.idle_release_ms.saturating_mul(1_000_000);
-    memory
-        .last_report
-        .retain(|_, t| now.saturating_since(*t) < forget_ns);
-    memory.not_before.retain(|_, t| *t > now);
-    memory.cursor = keys.last().map(|v| v.key.clone());
-    for v in keys {
-        if memory.not_before.contains_key(&v.key) {
-            continue;
-        }
-        let step = plan(&v, now, memory.last_report.get(&v.key).copied(), &cfg.plan);
-        if step != Step::Wait {
-            tracing::debug!(key = %v.key, ?step, want = v.want, position = ?v.position, "upstream step");
-        }
-        let outcome = match step {
-            Step::Wait => continue,
-            Step::Acquire => ex.acquire(&v, now).await,
-            Step::Report {
-                give_back,
-                want_more,
-            } => {
-                memory.last_report.insert(v.key.clone(), now);
-                ex.report(&v, now, give_back, want_more).await
-            }
-            Step::Expired => ex.expired(&v).await,
-            Step::Release => ex.release(&v, now).await,
-        };
-        match outcome {
-            Ok(()) => {}
-            Err(exchange::Pause { ms, why }) => {
-                tracing::debug!(key = %v.key, ?step, why, ms, "upstream step paused");
-                // An upstream denial names when its credit returns (a window's reset); other pauses
-                // name nothing and wait retry_ms.
-                let wait = wait_after_denial_ms(ms, cfg.retry_ms).saturating_mul(1_000_000);
-                memory
-                    .not_before
-                    .insert(v.key.clone(), now.saturating_add_ns(wait));
-            }
-        }
-        if !ex.still_leading() {
-            return;
+            _ = every.tick() => round(&ex, &sender, &mut memory, &cfg).await,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use leasehold_allocator::replica::LocalReplica;
+use leasehold_allocator::replica::{LocalReplica, Replica};
 use leasehold_allocator::service::{AdminServer, LeaseServer, SingleNode, WatchSettings};
 use leasehold_allocator::state::AllocatorState;
 use leasehold_common::lease::{LeaseSigner, LeaseVerifier};
@@ -22,17 +22,26 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tonic::transport::Channel;
 
-pub struct Cluster {
+pub struct Cluster<R = LocalReplica<AllocatorState>> {
     pub addr: SocketAddr,
     pub pki: DevPki,
     pub verifier: LeaseVerifier,
-    pub replica: LocalReplica<AllocatorState>,
+    pub replica: R,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 pub const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nrate: {units: 100, per: 1s}\nburst: 200\nlease: {ttl: 5s, max_credit: 150, reserve_fraction: 0}\n";
 
 pub async fn start() -> Cluster {
+    let replica = LocalReplica::new(
+        AllocatorState::new(LedgerConfig::root("global")),
+        Arc::new(WallClock),
+    );
+    start_with(replica).await
+}
+
+/// The services over `replica`.
+pub async fn start_with<R: Replica<AllocatorState>>(replica: R) -> Cluster<R> {
     let pki = DevPki::generate(
         &PkiSpec::local(&["global-1"], &["gw-1", "gw-2"], &["ops"]),
         SystemTime::now(),
@@ -41,10 +50,6 @@ pub async fn start() -> Cluster {
     let signer = Arc::new(LeaseSigner::generate(&ring::rand::SystemRandom::new()).unwrap());
     let mut verifier = LeaseVerifier::new();
     verifier.trust(signer.public_key()).unwrap();
-    let replica = LocalReplica::new(
-        AllocatorState::new(LedgerConfig::root("global")),
-        Arc::new(WallClock),
-    );
     let watch = WatchSettings {
         poll_ms: 20,
         heartbeat_ms: 1_000,
@@ -84,7 +89,7 @@ pub async fn start() -> Cluster {
     }
 }
 
-impl Cluster {
+impl<R> Cluster<R> {
     pub fn channel(&self, role: Role, name: &str) -> Channel {
         let transport = ClientTransport::MutualTls {
             pem: self.pki.tls_pem(role, name).unwrap(),

@@ -276,6 +276,13 @@ impl Grantor for CoalescingGrantor {
         self.inner.decide_batch(req)
     }
 
+    fn lease_batch(
+        &self,
+        req: pb::LeaseBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::LeaseBatchResponse, GrantorError>> {
+        self.inner.lease_batch(req)
+    }
+
     fn refund(
         &self,
         req: pb::RefundRequest,

@@ -69,6 +69,16 @@ pub trait Grantor: Send + Sync + 'static {
         })
     }
 
+    /// Acquires, reports and releases on many keys in one call; each answer is what its
+    /// own call would have given. Without a batch call of its own, a grantor carries the
+    /// calls out one by one.
+    fn lease_batch(
+        &self,
+        req: pb::LeaseBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::LeaseBatchResponse, GrantorError>> {
+        Box::pin(async move { Ok(crate::lease_batch::each_call(self, req).await) })
+    }
+
     /// Gives back what an admitted decision charged.
     fn refund(
         &self,
@@ -96,20 +106,7 @@ pub fn batch_outcome(answer: Result<pb::DecideResponse, GrantorError>) -> pb::De
     use pb::decide_batch_outcome::Outcome;
     let outcome = match answer {
         Ok(d) => Outcome::Decided(d),
-        Err(e) => {
-            let (code, message) = match e {
-                GrantorError::Refused { code, message } => (code, message),
-                GrantorError::Unreachable(m) => (tonic::Code::Unavailable, m),
-                GrantorError::StaleRequest { last } => (
-                    tonic::Code::FailedPrecondition,
-                    format!("stale request (last {last})"),
-                ),
-            };
-            Outcome::Failed(pb::DecideFailure {
-                code: code as i32,
-                message,
-            })
-        }
+        Err(e) => Outcome::Failed(crate::lease_batch::failure(e)),
     };
     pb::DecideBatchOutcome {
         outcome: Some(outcome),

@@ -155,6 +155,16 @@ impl Grantor for RemoteGrantor {
         }))
     }
 
+    fn lease_batch(
+        &self,
+        r: pb::LeaseBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::LeaseBatchResponse, GrantorError>> {
+        Box::pin(self.call(move |mut c| {
+            let r = r.clone();
+            async move { c.lease_batch(r).await }
+        }))
+    }
+
     fn refund(
         &self,
         r: pb::RefundRequest,

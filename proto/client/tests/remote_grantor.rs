@@ -106,6 +106,13 @@ impl LeaseService for StandIn {
     ) -> Result<Response<pb::DecideBatchResponse>, Status> {
         Err(Status::unimplemented("decide_batch"))
     }
+
+    async fn lease_batch(
+        &self,
+        _: Request<pb::LeaseBatchRequest>,
+    ) -> Result<Response<pb::LeaseBatchResponse>, Status> {
+        Err(Status::unimplemented("lease_batch"))
+    }
 }
 
 /// A running stand-in node: its address and how many acquires reached it.

@@ -1,0 +1,102 @@
+//! The lease service's answers without gRPC: a [`Grantor`] over a replica in the same
+//! process. A holder driven through it (a region's upstream driver, a simulated agent)
+//! meets exactly the commands and answers the lease service gives over the network.
+
+use super::convert::replica_status;
+use super::lease_batch::lease_batch;
+use super::lease_calls::{
+    acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
+    report_answer, report_command,
+};
+use crate::replica::Replica;
+use crate::state::{AllocatorState, StateCommand};
+use leasehold_client::{BoxFuture, Grantor, GrantorError};
+use leasehold_common::lease::LeaseSigner;
+use leasehold_common::ledger::Outcome;
+use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
+use std::sync::Arc;
+use tonic::Status;
+
+/// A grantor over `replica`, signing with `signer` (None: leases go unsigned, for holders
+/// that verify nothing).
+pub struct ReplicaGrantor<R> {
+    replica: R,
+    signer: Option<Arc<LeaseSigner>>,
+}
+
+impl<R: Replica<AllocatorState>> ReplicaGrantor<R> {
+    pub fn new(replica: R, signer: Option<Arc<LeaseSigner>>) -> Self {
+        ReplicaGrantor { replica, signer }
+    }
+
+    async fn outcome(&self, command: StateCommand) -> Result<Outcome, Status> {
+        ledger_outcome(
+            self.replica
+                .propose(command)
+                .await
+                .map_err(replica_status)?,
+        )
+    }
+}
+
+/// The error a remote holder would have seen for `s`.
+fn grantor_error(s: Status) -> GrantorError {
+    let last = s
+        .metadata()
+        .get(LAST_REQUEST_ID_METADATA_KEY)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    match (last, s.code()) {
+        (Some(last), _) => GrantorError::StaleRequest { last },
+        (None, tonic::Code::Unavailable) => GrantorError::Unreachable(s.message().to_string()),
+        (None, code) => GrantorError::Refused {
+            code,
+            message: s.message().to_string(),
+        },
+    }
+}
+
+impl<R: Replica<AllocatorState>> Grantor for ReplicaGrantor<R> {
+    fn acquire(
+        &self,
+        r: pb::AcquireRequest,
+    ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
+        Box::pin(async move {
+            let o = self.outcome(acquire_command(&r)).await;
+            o.and_then(|o| acquire_answer(self.signer.as_deref(), o))
+                .map_err(grantor_error)
+        })
+    }
+
+    fn report(
+        &self,
+        r: pb::ReportRequest,
+    ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
+        Box::pin(async move {
+            let o = self.outcome(report_command(&r)).await;
+            o.and_then(|o| report_answer(self.signer.as_deref(), o))
+                .map_err(grantor_error)
+        })
+    }
+
+    fn release(
+        &self,
+        r: pb::ReleaseRequest,
+    ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
+        Box::pin(async move {
+            let o = self.outcome(release_command(&r)).await;
+            o.and_then(release_answer).map_err(grantor_error)
+        })
+    }
+
+    fn lease_batch(
+        &self,
+        r: pb::LeaseBatchRequest,
+    ) -> BoxFuture<'_, Result<pb::LeaseBatchResponse, GrantorError>> {
+        Box::pin(async move {
+            lease_batch(&self.replica, self.signer.as_deref(), r)
+                .await
+                .map_err(grantor_error)
+        })
+    }
+}

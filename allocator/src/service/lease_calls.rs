@@ -1,0 +1,139 @@
+//! A holder's acquire, report and release: the replicated command each request becomes and
+//! the response each outcome becomes. Single calls and `LeaseBatch` share them, so a call
+//! in a batch is answered exactly as its own call would be.
+
+use super::convert::{deny_to_pb, lease_to_pb, ledger_status};
+use crate::state::{StateCommand, StateOutput};
+use leasehold_common::lease::{Lease, LeaseSigner};
+use leasehold_common::ledger::{Acquire, HolderCounts, Outcome, Release, Report};
+use leasehold_proto::leasehold::v1 as pb;
+use tonic::Status;
+
+fn ms(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000)
+}
+
+/// Who signs the leases a grantor answers with: the cluster's key, or nobody for an
+/// in-process grantor whose holders verify nothing (a simulation at scale, where a
+/// signature per lease version would cost more than everything else it measures).
+pub type Signing<'a> = Option<&'a LeaseSigner>;
+
+fn signed(signer: Signing<'_>, mut lease: Lease) -> pb::Lease {
+    if let Some(signer) = signer {
+        signer.sign(&mut lease);
+    }
+    lease_to_pb(&lease)
+}
+
+/// The ledger's outcome in a command's output, or the status a call fails with.
+pub(super) fn ledger_outcome(out: StateOutput) -> Result<Outcome, Status> {
+    match out {
+        StateOutput::Ledger(Ok(o)) => Ok(o),
+        StateOutput::Ledger(Err(e)) => Err(ledger_status(&e)),
+        other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+pub(super) fn acquire_command(r: &pb::AcquireRequest) -> StateCommand {
+    let acquire = Acquire {
+        holder_id: r.holder_id.clone(),
+        policy_id: r.policy_id.clone(),
+        key: r.key.clone(),
+        want_credit: r.want_credit,
+        demand_milli_per_sec: r.demand_milli_units_per_sec,
+        request_id: r.request_id,
+        priority: r.priority,
+    };
+    let counts = HolderCounts {
+        refused: r.refused_units,
+        shaped: r.shaped_units,
+        fail_open: r.fail_open_units,
+    };
+    StateCommand::acquire(acquire, counts)
+}
+
+pub(super) fn acquire_answer(
+    signer: Signing<'_>,
+    outcome: Outcome,
+) -> Result<pb::AcquireResponse, Status> {
+    match outcome {
+        Outcome::Granted(g) => Ok(pb::AcquireResponse {
+            lease: Some(signed(signer, g.lease)),
+            ..Default::default()
+        }),
+        Outcome::Denied {
+            reason,
+            retry_after_ns,
+        } => Ok(pb::AcquireResponse {
+            retry_after_ms: ms(retry_after_ns),
+            deny_reason: deny_to_pb(reason) as i32,
+            ..Default::default()
+        }),
+        other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+pub(super) fn report_command(r: &pb::ReportRequest) -> StateCommand {
+    let report = Report {
+        holder_id: r.holder_id.clone(),
+        lease_id: r.lease_id,
+        used: r.used,
+        return_credit: r.return_credit,
+        want_credit: r.want_credit,
+        demand_milli_per_sec: r.demand_milli_units_per_sec,
+        request_id: r.request_id,
+        priority: 0,
+    };
+    let counts = HolderCounts {
+        refused: r.refused_units,
+        shaped: r.shaped_units,
+        fail_open: r.fail_open_units,
+    };
+    StateCommand::report(report, r.shadow_would_deny, counts)
+}
+
+pub(super) fn report_answer(
+    signer: Signing<'_>,
+    outcome: Outcome,
+) -> Result<pb::ReportResponse, Status> {
+    match outcome {
+        Outcome::Granted(g) => {
+            let g = *g;
+            Ok(pb::ReportResponse {
+                lease: Some(signed(signer, g.lease)),
+                replacement: g.replacement.map(|l| signed(signer, *l)),
+                retry_after_ms: ms(g.retry_after_ns),
+                ..Default::default()
+            })
+        }
+        other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+pub(super) fn release_command(r: &pb::ReleaseRequest) -> StateCommand {
+    let release = Release {
+        holder_id: r.holder_id.clone(),
+        lease_id: r.lease_id,
+        final_used: r.final_used,
+        request_id: r.request_id,
+    };
+    let counts = HolderCounts {
+        refused: r.refused_units,
+        shaped: r.shaped_units,
+        fail_open: r.fail_open_units,
+    };
+    StateCommand::release(release, counts)
+}
+
+pub(super) fn release_answer(outcome: Outcome) -> Result<pb::ReleaseResponse, Status> {
+    match outcome {
+        Outcome::Released {
+            reclaimed,
+            stranded,
+        } => Ok(pb::ReleaseResponse {
+            reclaimed,
+            stranded,
+        }),
+        other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+    }
+}

@@ -6,6 +6,7 @@
 //! of series stays bounded by the number of policies (P4).
 
 mod listener;
+mod upstream;
 
 use crate::policy_bounds::{policy_bounds, PolicyBound};
 use crate::rpc_timer::RpcTimer;
@@ -305,6 +306,12 @@ impl AllocatorMetrics {
     pub fn register_listener(&mut self, budget: Arc<RequestBudget>) {
         self.registry
             .register_collector(Box::new(listener::ListenerCollector(budget)));
+    }
+
+    /// Exports a delegated node's upstream driver counters.
+    pub fn register_upstream(&mut self, counters: Arc<crate::upstream::UpstreamCounters>) {
+        self.registry
+            .register_collector(Box::new(upstream::UpstreamCollector(counters)));
     }
 
     /// The Prometheus text exposition of every metric.

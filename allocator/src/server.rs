@@ -228,6 +228,10 @@ pub async fn run(
         rpc,
     );
     metrics.register_listener(budget);
+    let upstream_counters = Arc::new(UpstreamCounters::default());
+    if !cfg.is_root() {
+        metrics.register_upstream(Arc::clone(&upstream_counters));
+    }
     let metrics = Arc::new(metrics);
     let ready: ReadinessCheck = {
         let node = node.clone();
@@ -262,7 +266,7 @@ pub async fn run(
     };
     tokio::spawn(run_ticker(node.clone(), cfg.tick_ms, tick_stop));
     if let Some(up) = upstream {
-        start_upstream(&cfg, up, node.clone(), &shutdown)?;
+        start_upstream(&cfg, up, node.clone(), upstream_counters, &shutdown)?;
     }
     tracing::info!(node_id = cfg.node_id, grpc = %cfg.grpc_addr, http = %cfg.http_addr, "allocator started");
     loop {
@@ -322,6 +326,7 @@ fn start_upstream(
     cfg: &AllocatorConfig,
     link: UpstreamLink,
     node: RaftNode<AllocatorState>,
+    counters: Arc<UpstreamCounters>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
     let verifier = cfg
@@ -339,7 +344,7 @@ fn start_upstream(
         link.grantor,
         verifier,
         up.clone(),
-        Arc::new(UpstreamCounters::default()),
+        counters,
         stop(shutdown.clone()),
     ));
     let mirror = MirrorConfig {

@@ -20,7 +20,7 @@ use leasehold_proto::transport::{
 };
 use pb::admin_service_client::AdminServiceClient;
 use pb::lease_service_client::LeaseServiceClient;
-use process_support::{free_port, Proc, ALLOCATOR};
+use process_support::{free_port, metrics_page, sample, Proc, ALLOCATOR};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +87,7 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> Proc {
 
 struct RootNode {
     addr: String,
+    http: String,
     config: PathBuf,
     log: PathBuf,
     proc: Option<Proc>,
@@ -125,6 +126,7 @@ impl Root {
             .unwrap();
             nodes.push(RootNode {
                 addr: format!("127.0.0.1:{grpc}"),
+                http: format!("127.0.0.1:{http}"),
                 config,
                 log: dir.join(format!("global-{id}.log")),
                 proc: None,
@@ -226,8 +228,8 @@ impl Root {
 }
 
 /// A one-node region cluster leasing from `upstream`, with the upstream driver's decisions
-/// in its log.
-fn start_region(dir: &Path, upstream: &[String]) -> (Proc, String) {
+/// in its log: the process, its gRPC address and its HTTP address.
+fn start_region(dir: &Path, upstream: &[String]) -> (Proc, String, String) {
     let (grpc, http) = (free_port(), free_port());
     let config = dir.join("region.yaml");
     let upstream: Vec<String> = upstream.iter().map(|a| format!("\"{a}\"")).collect();
@@ -252,6 +254,7 @@ fn start_region(dir: &Path, upstream: &[String]) -> (Proc, String) {
     (
         spawn_logged(cmd, &dir.join("region.log")),
         format!("127.0.0.1:{grpc}"),
+        format!("127.0.0.1:{http}"),
     )
 }
 
@@ -409,13 +412,41 @@ async fn trial(root: &mut Root, grants: &Grants, fault: Fault) -> Sample {
     }
 }
 
+/// The region reached the root only through `LeaseBatch`: its driver counts batches, and no
+/// root node served a lease call of its own (nobody else calls the root here).
+async fn every_call_upstream_was_batched(root: &Root, region_http: &str) {
+    // The last trial's node was just started again; let every node serve first.
+    root.wait_healthy().await;
+    let page = metrics_page(region_http);
+    assert!(
+        sample(&page, "leasehold_upstream_batch_calls_total") > 0,
+        "{page}"
+    );
+    assert!(sample(&page, "leasehold_upstream_acquired_total") > 0);
+    let count = |page: &str, m: &str| {
+        sample(
+            page,
+            &format!("leasehold_rpc_duration_seconds_count{{method=\"{m}\"}}"),
+        )
+    };
+    let mut batches = 0;
+    for n in &root.nodes {
+        let page = metrics_page(&n.http);
+        for single in ["Acquire", "Report", "Release"] {
+            assert_eq!(count(&page, single), 0, "{single} at {}", n.addr);
+        }
+        batches += count(&page, "LeaseBatch");
+    }
+    assert!(batches > 0, "the root's nodes served no LeaseBatch");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_leases_again_soon_after_its_roots_leader_is_killed_or_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path());
     let mut root = Root::start(dir.path(), &pki);
     root.apply_policy(POLICY).await;
-    let (_region, region_addr) = start_region(dir.path(), &root.addrs());
+    let (_region, region_addr, region_http) = start_region(dir.path(), &root.addrs());
     let grants = Arc::new(Grants::default());
     let client = channels(&pki, Role::Agent, "client");
     let client = tokio::spawn(ask_new_keys(client, region_addr, Arc::clone(&grants)));
@@ -437,6 +468,7 @@ async fn a_region_leases_again_soon_after_its_roots_leader_is_killed_or_stopped(
     }
     grants.stop.store(true, Ordering::Relaxed);
     client.await.unwrap();
+    every_call_upstream_was_batched(&root, &region_http).await;
     let slow: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.region_ms > s.elected_ms + REGION_LAG_BOUND_MS)

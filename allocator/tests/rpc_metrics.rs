@@ -4,28 +4,20 @@
 mod process_support;
 
 use process_support::{
-    admitted, ctl_insecure, insecure_node_config, start_insecure_agent, start_node,
+    admitted, ctl_insecure, insecure_node_config, metrics_page, sample, start_insecure_agent,
+    start_node,
 };
-use std::io::{Read, Write};
 
 fn metrics(http: &str) -> String {
-    let mut s = std::net::TcpStream::connect(http).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    metrics_page(http)
 }
 
 /// How many calls of `method` the page counts.
 fn calls(page: &str, method: &str) -> u64 {
-    let prefix = format!("leasehold_rpc_duration_seconds_count{{method=\"{method}\"}} ");
-    page.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    sample(
+        page,
+        &format!("leasehold_rpc_duration_seconds_count{{method=\"{method}\"}}"),
+    )
 }
 
 #[test]

@@ -26,6 +26,7 @@ pub mod live;
 pub mod net;
 pub mod output;
 pub mod promises;
+pub mod scale;
 pub mod scenario;
 
 pub use error::SimError;

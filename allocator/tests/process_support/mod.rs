@@ -24,6 +24,27 @@ pub fn leasectl_binary() -> &'static Path {
     BIN.get_or_init(|| workspace_binary("leasehold-ctl", "leasectl"))
 }
 
+/// The Prometheus page a node's HTTP listener at `http` (`host:port`) serves.
+pub fn metrics_page(http: &str) -> String {
+    let mut s = std::net::TcpStream::connect(http).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The value of the sample `name` (with its labels, as the page writes them), 0 when absent.
+pub fn sample(page: &str, name: &str) -> u64 {
+    let prefix = format!("{name} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

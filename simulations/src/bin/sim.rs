@@ -70,6 +70,31 @@ enum Cmd {
     /// clock steps and leader crashes; fails on the first seed that admits more than
     /// B + r·T in some window, or whose grantor took back credit a crashed agent had spent.
     Net(NetArgs),
+    /// Measures what a root's Raft group carries under many regions: regions, keys and
+    /// agents in one process on a paused clock (the production allocator state and
+    /// upstream driver); prints the figures as JSON.
+    RootScale(RootScaleArgs),
+}
+
+#[derive(clap::Args)]
+struct RootScaleArgs {
+    #[arg(long, default_value_t = 100)]
+    regions: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    #[arg(long, default_value_t = 10_000)]
+    agents: usize,
+    /// Simulated seconds measured, after the warm-up.
+    #[arg(long, default_value_t = 4)]
+    seconds: u64,
+    /// Simulated seconds before measuring.
+    #[arg(long, default_value_t = 3)]
+    warmup_s: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How often a region reports on each key upstream, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    region_report_every_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -195,7 +220,37 @@ fn main() -> Result<ExitCode> {
         }
         Cmd::Fuzz { seeds, from, quick } => fuzz_seeds(seeds, from, quick),
         Cmd::Net(args) => net_seeds(&args),
+        Cmd::RootScale(a) => root_scale(&a),
     }
+}
+
+fn root_scale(a: &RootScaleArgs) -> Result<ExitCode> {
+    let cfg = leasehold_simulations::scale::ScaleConfig {
+        regions: a.regions,
+        keys: a.keys,
+        agents: a.agents,
+        seconds: a.seconds,
+        warmup_s: a.warmup_s,
+        seed: a.seed,
+        region_report_every_ms: a.region_report_every_ms,
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let report = leasehold_simulations::scale::run(&cfg).map_err(anyhow::Error::msg)?;
+    let mut out = serde_json::to_value(&report)?;
+    out["wall_s"] = started.elapsed().as_secs_f64().into();
+    out["rss_bytes"] = rss_bytes().into();
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(exit(report.root_conserved))
+}
+
+/// The process's resident memory, from `/proc/self/statm` (0 where there is none).
+fn rss_bytes() -> u64 {
+    let page = 4096;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
 }
 
 fn scale(quick: bool) -> Scale {

@@ -20,12 +20,10 @@
 mod cluster;
 mod load;
 
-use cluster::{scrape, ProcessCluster};
+use cluster::{channels, scrape, ProcessCluster, POLICY};
 use leasehold_client::{Grantor, RemoteGrantor, LEASE_BATCH_ITEMS_MAX};
 use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::transport::{
-    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
-};
+use leasehold_proto::transport::{DevPki, PkiSpec, Role};
 use load::{arg, Latencies};
 use pb::lease_batch_item::Call;
 use pb::lease_batch_outcome::Outcome;
@@ -33,19 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nscope: global\n\
-    rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n\
-    lease: {ttl: 30s, refresh_horizon: 1s, reserve_fraction: 0}\n";
 /// Credit asked for by every acquire and every renewal.
 const UNITS: u64 = 10;
-
-fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
-    let transport = ClientTransport::MutualTls {
-        pem: pki.tls_pem(role, name).unwrap(),
-        server_name: Some("localhost".into()),
-    };
-    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
-}
 
 #[derive(Clone)]
 struct Held {

@@ -29,31 +29,17 @@ mod cluster;
 mod disk;
 mod load;
 
-use cluster::{scrape, ProcessCluster, Scrape};
+use cluster::{channels, scrape, ProcessCluster, Scrape, POLICY};
 use leasehold_client::{Grantor, RemoteGrantor};
 use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::transport::{
-    ChannelFactory, ChannelSettings, ClientTransport, DevPki, PkiSpec, Role,
-};
+use leasehold_proto::transport::{DevPki, PkiSpec, Role};
 use load::{arg, Latencies};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nscope: global\n\
-    rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n\
-    lease: {ttl: 30s, refresh_horizon: 1s, reserve_fraction: 0}\n";
-
 /// Longest a holder waits after a denied acquire, in milliseconds.
 const RETRY_MS_MAX: u64 = 100;
-
-fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
-    let transport = ClientTransport::MutualTls {
-        pem: pki.tls_pem(role, name).unwrap(),
-        server_name: Some("localhost".into()),
-    };
-    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
-}
 
 /// What the holders did, all together.
 #[derive(Default)]

@@ -137,16 +137,7 @@ fn metric(text: &str, name: &str) -> u64 {
 
 /// GET `path` on a plaintext HTTP port.
 fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    process_support::http_get(&format!("127.0.0.1:{port}"), path)
 }
 
 fn start_allocator(dir: &Path) -> (Proc, SocketAddr, u16) {

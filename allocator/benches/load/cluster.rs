@@ -4,11 +4,25 @@
 
 use leasehold_proto::leasehold::v1 as pb;
 use leasehold_proto::leasehold::v1::admin_service_client::AdminServiceClient;
-use leasehold_proto::transport::ChannelFactory;
+use leasehold_proto::transport::{ChannelFactory, ChannelSettings, ClientTransport, DevPki, Role};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// One policy whose budget no load reaches: every grant is the cluster's work alone.
+pub const POLICY: &str = "id: api\ndimensions: [{name: tenant}]\nkey: [tenant]\nscope: global\n\
+    rate: {units: 1000000000, per: 1s}\nburst: 1000000000\n\
+    lease: {ttl: 30s, refresh_horizon: 1s, reserve_fraction: 0}\n";
+
+/// Connections as `name` of `role`, with its certificate from `pki`.
+pub fn channels(pki: &DevPki, role: Role, name: &str) -> ChannelFactory {
+    let transport = ClientTransport::MutualTls {
+        pem: pki.tls_pem(role, name).unwrap(),
+        server_name: Some("localhost".into()),
+    };
+    ChannelFactory::new(ChannelSettings::default(), transport).unwrap()
+}
 
 /// Longest wait for a leader, a policy or a scrape, in milliseconds.
 const WAIT_MS: u64 = 30_000;

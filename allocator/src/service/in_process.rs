@@ -2,10 +2,9 @@
 //! process. A holder driven through it (a region's upstream driver, a simulated agent)
 //! meets exactly the commands and answers the lease service gives over the network.
 
-use super::convert::replica_status;
 use super::lease_batch::lease_batch;
 use super::lease_calls::{
-    acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
+    acquire_answer, acquire_command, propose_outcome, release_answer, release_command,
     report_answer, report_command,
 };
 use crate::replica::Replica;
@@ -31,12 +30,7 @@ impl<R: Replica<AllocatorState>> ReplicaGrantor<R> {
     }
 
     async fn outcome(&self, command: StateCommand) -> Result<Outcome, Status> {
-        ledger_outcome(
-            self.replica
-                .propose(command)
-                .await
-                .map_err(replica_status)?,
-        )
+        propose_outcome(&self.replica, command).await
     }
 }
 

@@ -5,7 +5,7 @@ use super::convert::replica_status;
 use super::decide::{Decider, UpstreamDecider};
 use super::lease_batch::lease_batch;
 use super::lease_calls::{
-    acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
+    acquire_answer, acquire_command, propose_outcome, release_answer, release_command,
     report_answer, report_command,
 };
 use super::watch::{watch_stream, WatchSettings};
@@ -45,12 +45,7 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
     }
 
     async fn propose(&self, command: StateCommand) -> Result<Outcome, Status> {
-        ledger_outcome(
-            self.replica
-                .propose(command)
-                .await
-                .map_err(replica_status)?,
-        )
+        propose_outcome(&self.replica, command).await
     }
 }
 

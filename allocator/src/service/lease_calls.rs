@@ -2,10 +2,12 @@
 //! the response each outcome becomes. Single calls and `LeaseBatch` share them, so a call
 //! in a batch is answered exactly as its own call would be.
 
-use super::convert::{deny_to_pb, lease_to_pb, ledger_status};
-use crate::state::{StateCommand, StateOutput};
+use super::convert::{deny_to_pb, lease_to_pb, ledger_status, replica_status};
+use crate::replica::Replica;
+use crate::state::{AllocatorState, StateCommand, StateOutput};
+use leasehold_client::wire::{acquire_from_pb, release_from_pb, report_from_pb};
 use leasehold_common::lease::{Lease, LeaseSigner};
-use leasehold_common::ledger::{Acquire, HolderCounts, Outcome, Release, Report};
+use leasehold_common::ledger::{HolderCounts, Outcome};
 use leasehold_proto::leasehold::v1 as pb;
 use tonic::Status;
 
@@ -25,6 +27,14 @@ fn signed(signer: Signing<'_>, mut lease: Lease) -> pb::Lease {
     lease_to_pb(&lease)
 }
 
+/// Proposes a holder's command: its ledger outcome, or the status its call fails with.
+pub(super) async fn propose_outcome<R: Replica<AllocatorState>>(
+    replica: &R,
+    command: StateCommand,
+) -> Result<Outcome, Status> {
+    ledger_outcome(replica.propose(command).await.map_err(replica_status)?)
+}
+
 /// The ledger's outcome in a command's output, or the status a call fails with.
 pub(super) fn ledger_outcome(out: StateOutput) -> Result<Outcome, Status> {
     match out {
@@ -35,15 +45,7 @@ pub(super) fn ledger_outcome(out: StateOutput) -> Result<Outcome, Status> {
 }
 
 pub(super) fn acquire_command(r: &pb::AcquireRequest) -> StateCommand {
-    let acquire = Acquire {
-        holder_id: r.holder_id.clone(),
-        policy_id: r.policy_id.clone(),
-        key: r.key.clone(),
-        want_credit: r.want_credit,
-        demand_milli_per_sec: r.demand_milli_units_per_sec,
-        request_id: r.request_id,
-        priority: r.priority,
-    };
+    let acquire = acquire_from_pb(r);
     let counts = HolderCounts {
         refused: r.refused_units,
         shaped: r.shaped_units,
@@ -74,16 +76,7 @@ pub(super) fn acquire_answer(
 }
 
 pub(super) fn report_command(r: &pb::ReportRequest) -> StateCommand {
-    let report = Report {
-        holder_id: r.holder_id.clone(),
-        lease_id: r.lease_id,
-        used: r.used,
-        return_credit: r.return_credit,
-        want_credit: r.want_credit,
-        demand_milli_per_sec: r.demand_milli_units_per_sec,
-        request_id: r.request_id,
-        priority: 0,
-    };
+    let report = report_from_pb(r);
     let counts = HolderCounts {
         refused: r.refused_units,
         shaped: r.shaped_units,
@@ -111,12 +104,7 @@ pub(super) fn report_answer(
 }
 
 pub(super) fn release_command(r: &pb::ReleaseRequest) -> StateCommand {
-    let release = Release {
-        holder_id: r.holder_id.clone(),
-        lease_id: r.lease_id,
-        final_used: r.final_used,
-        request_id: r.request_id,
-    };
+    let release = release_from_pb(r);
     let counts = HolderCounts {
         refused: r.refused_units,
         shaped: r.shaped_units,

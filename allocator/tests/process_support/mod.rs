@@ -24,17 +24,23 @@ pub fn leasectl_binary() -> &'static Path {
     BIN.get_or_init(|| workspace_binary("leasehold-ctl", "leasectl"))
 }
 
-/// The Prometheus page a node's HTTP listener at `http` (`host:port`) serves.
-pub fn metrics_page(http: &str) -> String {
-    let mut s = std::net::TcpStream::connect(http).unwrap();
+/// The whole answer (status line, headers, body) to `GET path` on a plaintext HTTP
+/// listener at `addr` (`host:port`).
+pub fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// The Prometheus page a node's HTTP listener at `http` (`host:port`) serves.
+pub fn metrics_page(http: &str) -> String {
+    http_get(http, "/metrics")
 }
 
 /// The value of the sample `name` (with its labels, as the page writes them), 0 when absent.

@@ -2,12 +2,13 @@
 //! without a cluster.
 
 use crate::grantor::{BoxFuture, Grantor, GrantorError};
-use crate::wire::{decide_items, decided_to_pb, deny_to_pb, lease_to_pb};
+use crate::wire::{
+    acquire_from_pb, decide_items, decided_to_pb, deny_to_pb, lease_to_pb, release_from_pb,
+    report_from_pb,
+};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::PolicyParams;
-use leasehold_common::ledger::{
-    Acquire, Command, Decide, Ledger, LedgerError, Outcome, Refund, Release, Report,
-};
+use leasehold_common::ledger::{Command, Decide, Ledger, LedgerError, Outcome, Refund};
 use leasehold_common::policy::Policy;
 use leasehold_common::time::Clock;
 use leasehold_common::time::Nanos;
@@ -104,15 +105,7 @@ impl Grantor for LocalGrantor {
         &self,
         r: pb::AcquireRequest,
     ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
-        let cmd = Command::Acquire(Acquire {
-            holder_id: r.holder_id,
-            policy_id: r.policy_id,
-            key: r.key,
-            want_credit: r.want_credit,
-            demand_milli_per_sec: r.demand_milli_units_per_sec,
-            request_id: r.request_id,
-            priority: r.priority,
-        });
+        let cmd = Command::Acquire(acquire_from_pb(&r));
         let out = match self.apply(cmd) {
             Ok(Outcome::Granted(g)) => Ok(pb::AcquireResponse {
                 lease: Some(self.signed(g.lease)),
@@ -136,16 +129,7 @@ impl Grantor for LocalGrantor {
         &self,
         r: pb::ReportRequest,
     ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
-        let cmd = Command::Report(Report {
-            holder_id: r.holder_id,
-            lease_id: r.lease_id,
-            used: r.used,
-            return_credit: r.return_credit,
-            want_credit: r.want_credit,
-            demand_milli_per_sec: r.demand_milli_units_per_sec,
-            request_id: r.request_id,
-            priority: 0,
-        });
+        let cmd = Command::Report(report_from_pb(&r));
         let out = match self.apply(cmd) {
             Ok(Outcome::Granted(g)) => {
                 let g = *g;
@@ -166,12 +150,7 @@ impl Grantor for LocalGrantor {
         &self,
         r: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
-        let cmd = Command::Release(Release {
-            holder_id: r.holder_id,
-            lease_id: r.lease_id,
-            final_used: r.final_used,
-            request_id: r.request_id,
-        });
+        let cmd = Command::Release(release_from_pb(&r));
         let out = match self.apply(cmd) {
             Ok(Outcome::Released {
                 reclaimed,

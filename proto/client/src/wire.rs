@@ -1,7 +1,7 @@
 //! Leases between their ledger form and their wire form.
 
 use leasehold_common::lease::Lease;
-use leasehold_common::ledger::{DecideItem, Decided, DenyReason};
+use leasehold_common::ledger::{Acquire, DecideItem, Decided, DenyReason, Release, Report};
 use leasehold_proto::leasehold::v1 as pb;
 
 pub fn lease_to_pb(l: &Lease) -> pb::Lease {
@@ -80,6 +80,43 @@ pub fn decided_to_pb(d: &Decided) -> pb::DecideResponse {
             })
             .collect(),
         decided_at_ns: d.at.0,
+    }
+}
+
+/// The ledger's acquire for a holder's request.
+pub fn acquire_from_pb(r: &pb::AcquireRequest) -> Acquire {
+    Acquire {
+        holder_id: r.holder_id.clone(),
+        policy_id: r.policy_id.clone(),
+        key: r.key.clone(),
+        want_credit: r.want_credit,
+        demand_milli_per_sec: r.demand_milli_units_per_sec,
+        request_id: r.request_id,
+        priority: r.priority,
+    }
+}
+
+/// The ledger's report for a holder's request (reports carry no priority of their own).
+pub fn report_from_pb(r: &pb::ReportRequest) -> Report {
+    Report {
+        holder_id: r.holder_id.clone(),
+        lease_id: r.lease_id,
+        used: r.used,
+        return_credit: r.return_credit,
+        want_credit: r.want_credit,
+        demand_milli_per_sec: r.demand_milli_units_per_sec,
+        request_id: r.request_id,
+        priority: 0,
+    }
+}
+
+/// The ledger's release for a holder's request.
+pub fn release_from_pb(r: &pb::ReleaseRequest) -> Release {
+    Release {
+        holder_id: r.holder_id.clone(),
+        lease_id: r.lease_id,
+        final_used: r.final_used,
+        request_id: r.request_id,
     }
 }
 

@@ -44,13 +44,18 @@ pub(super) fn ledger_outcome(out: StateOutput) -> Result<Outcome, Status> {
     }
 }
 
+/// The holder's own counts a request carries (each request type has the same three).
+fn holder_counts(refused: u64, shaped: u64, fail_open: u64) -> HolderCounts {
+    HolderCounts {
+        refused,
+        shaped,
+        fail_open,
+    }
+}
+
 pub(super) fn acquire_command(r: &pb::AcquireRequest) -> StateCommand {
     let acquire = acquire_from_pb(r);
-    let counts = HolderCounts {
-        refused: r.refused_units,
-        shaped: r.shaped_units,
-        fail_open: r.fail_open_units,
-    };
+    let counts = holder_counts(r.refused_units, r.shaped_units, r.fail_open_units);
     StateCommand::acquire(acquire, counts)
 }
 
@@ -77,11 +82,7 @@ pub(super) fn acquire_answer(
 
 pub(super) fn report_command(r: &pb::ReportRequest) -> StateCommand {
     let report = report_from_pb(r);
-    let counts = HolderCounts {
-        refused: r.refused_units,
-        shaped: r.shaped_units,
-        fail_open: r.fail_open_units,
-    };
+    let counts = holder_counts(r.refused_units, r.shaped_units, r.fail_open_units);
     StateCommand::report(report, r.shadow_would_deny, counts)
 }
 
@@ -105,11 +106,7 @@ pub(super) fn report_answer(
 
 pub(super) fn release_command(r: &pb::ReleaseRequest) -> StateCommand {
     let release = release_from_pb(r);
-    let counts = HolderCounts {
-        refused: r.refused_units,
-        shaped: r.shaped_units,
-        fail_open: r.fail_open_units,
-    };
+    let counts = holder_counts(r.refused_units, r.shaped_units, r.fail_open_units);
     StateCommand::release(release, counts)
 }
 

@@ -5,6 +5,7 @@
 //! cost nothing between scrapes. Labels are policy ids, never keys or holders, so the number
 //! of series stays bounded by the number of policies (P4).
 
+mod lease_calls;
 mod listener;
 mod upstream;
 
@@ -306,6 +307,15 @@ impl AllocatorMetrics {
     pub fn register_listener(&mut self, budget: Arc<RequestBudget>) {
         self.registry
             .register_collector(Box::new(listener::ListenerCollector(budget)));
+    }
+
+    /// Exports the lease calls the node's lease service applied.
+    pub fn register_lease_calls(
+        &mut self,
+        counts: Arc<crate::service::call_counts::LeaseCallCounts>,
+    ) {
+        self.registry
+            .register_collector(Box::new(lease_calls::LeaseCallCollector(counts)));
     }
 
     /// Exports a delegated node's upstream driver counters.

@@ -7,6 +7,7 @@ use crate::metrics::{figures_with_bounds, AllocatorMetrics};
 use crate::raft::{NodeConfig, NodeHooks, RaftNode, TransportConfig};
 use crate::replica::LateReplica;
 use crate::rpc_timer::RpcTimer;
+use crate::service::call_counts::LeaseCallCounts;
 use crate::service::cluster_raft::RaftCluster;
 use crate::service::ticker::run_ticker;
 use crate::service::{AdminServer, LeaseServer, UpstreamDecider, WatchSettings};
@@ -138,12 +139,14 @@ pub async fn run(
         cluster_id: cfg.cluster.clone(),
         level: cfg.level().name().into(),
     });
+    let lease_calls = Arc::new(LeaseCallCounts::default());
     let mut lease = LeaseServer::new(
         late.clone(),
         Arc::clone(&signer),
         auth.clone(),
         WatchSettings::default(),
-    );
+    )
+    .with_counts(Arc::clone(&lease_calls));
     let upstream = if cfg.is_root() {
         None
     } else {
@@ -228,6 +231,7 @@ pub async fn run(
         rpc,
     );
     metrics.register_listener(budget);
+    metrics.register_lease_calls(lease_calls);
     let upstream_counters = Arc::new(UpstreamCounters::default());
     if !cfg.is_root() {
         metrics.register_upstream(Arc::clone(&upstream_counters));

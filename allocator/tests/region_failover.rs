@@ -436,6 +436,17 @@ async fn every_call_upstream_was_batched(root: &Root, region_http: &str) {
             assert_eq!(count(&page, single), 0, "{single} at {}", n.addr);
         }
         batches += count(&page, "LeaseBatch");
+        let applied: u64 = ["acquire", "report", "release"]
+            .iter()
+            .map(|c| {
+                sample(
+                    &page,
+                    &format!("leasehold_lease_calls_total{{call=\"{c}\"}}"),
+                )
+            })
+            .sum();
+        let batched = sample(&page, "leasehold_lease_calls_batched_total");
+        assert_eq!(applied, batched, "every call at {} came in a batch", n.addr);
     }
     assert!(batches > 0, "the root's nodes served no LeaseBatch");
 }

@@ -53,6 +53,10 @@ fn lease_and_admin_calls_are_timed_by_method() {
     assert_eq!(calls(&before, "ApplyPolicy"), 0, "{before}");
     assert_eq!(calls(&after, "ApplyPolicy"), 1, "{after}");
     assert!(calls(&after, "Acquire") >= 1, "{after}");
+    // The ledger's count of applied calls agrees with the RPCs (an agent calls alone).
+    let applied = sample(&after, "leasehold_lease_calls_total{call=\"acquire\"}");
+    assert_eq!(applied, calls(&after, "Acquire"), "{after}");
+    assert_eq!(sample(&after, "leasehold_lease_calls_batched_total"), 0);
     // Every call is in the histogram's buckets too.
     assert!(
         after.contains("leasehold_rpc_duration_seconds_bucket{le=\"+Inf\",method=\"Acquire\"}"),

@@ -169,8 +169,8 @@ impl ProcessCluster {
     }
 }
 
-/// One cluster's figures at one moment: lease calls served (summed over the nodes), of
-/// them the acquires and reports (the calls that can grant), and the policy's credit
+/// One cluster's figures at one moment: lease calls applied (summed over the nodes, alone
+/// or in batches), of them the acquires and reports (the calls that can grant), and the policy's credit
 /// granted and reported used (the most any replica has applied).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Scrape {
@@ -205,15 +205,16 @@ pub fn scrape(cluster: &ProcessCluster) -> Scrape {
     let mut out = Scrape::default();
     for addr in &cluster.http {
         let text = metrics(addr);
-        let calls = |m: &str| {
+        // Calls the ledger applied, alone or inside LeaseBatch calls.
+        let calls = |c: &str| {
             value(
                 &text,
-                &format!("leasehold_rpc_duration_seconds_count{{method=\"{m}\"}} "),
+                &format!("leasehold_lease_calls_total{{call=\"{c}\"}} "),
             )
         };
-        let granting = calls("Acquire") + calls("Report");
+        let granting = calls("acquire") + calls("report");
         out.granting_calls += granting;
-        out.lease_calls += granting + calls("Release");
+        out.lease_calls += granting + calls("release");
         let policy = "{policy=\"api\"} ";
         out.granted = out.granted.max(value(
             &text,

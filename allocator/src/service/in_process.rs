@@ -2,6 +2,7 @@
 //! process. A holder driven through it (a region's upstream driver, a simulated agent)
 //! meets exactly the commands and answers the lease service gives over the network.
 
+use super::call_counts::{CallKind, LeaseCallCounts};
 use super::lease_batch::lease_batch;
 use super::lease_calls::{
     acquire_answer, acquire_command, propose_outcome, release_answer, release_command,
@@ -22,15 +23,25 @@ use tonic::Status;
 pub struct ReplicaGrantor<R> {
     replica: R,
     signer: Option<Arc<LeaseSigner>>,
+    counts: LeaseCallCounts,
 }
 
 impl<R: Replica<AllocatorState>> ReplicaGrantor<R> {
     pub fn new(replica: R, signer: Option<Arc<LeaseSigner>>) -> Self {
-        ReplicaGrantor { replica, signer }
+        ReplicaGrantor {
+            replica,
+            signer,
+            counts: LeaseCallCounts::default(),
+        }
     }
 
-    async fn outcome(&self, command: StateCommand) -> Result<Outcome, Status> {
-        propose_outcome(&self.replica, command).await
+    /// The calls answered so far.
+    pub fn counts(&self) -> &LeaseCallCounts {
+        &self.counts
+    }
+
+    async fn outcome(&self, kind: CallKind, command: StateCommand) -> Result<Outcome, Status> {
+        propose_outcome(&self.replica, &self.counts, kind, command).await
     }
 }
 
@@ -56,7 +67,7 @@ impl<R: Replica<AllocatorState>> Grantor for ReplicaGrantor<R> {
         r: pb::AcquireRequest,
     ) -> BoxFuture<'_, Result<pb::AcquireResponse, GrantorError>> {
         Box::pin(async move {
-            let o = self.outcome(acquire_command(&r)).await;
+            let o = self.outcome(CallKind::Acquire, acquire_command(&r)).await;
             o.and_then(|o| acquire_answer(self.signer.as_deref(), o))
                 .map_err(grantor_error)
         })
@@ -67,7 +78,7 @@ impl<R: Replica<AllocatorState>> Grantor for ReplicaGrantor<R> {
         r: pb::ReportRequest,
     ) -> BoxFuture<'_, Result<pb::ReportResponse, GrantorError>> {
         Box::pin(async move {
-            let o = self.outcome(report_command(&r)).await;
+            let o = self.outcome(CallKind::Report, report_command(&r)).await;
             o.and_then(|o| report_answer(self.signer.as_deref(), o))
                 .map_err(grantor_error)
         })
@@ -78,7 +89,7 @@ impl<R: Replica<AllocatorState>> Grantor for ReplicaGrantor<R> {
         r: pb::ReleaseRequest,
     ) -> BoxFuture<'_, Result<pb::ReleaseResponse, GrantorError>> {
         Box::pin(async move {
-            let o = self.outcome(release_command(&r)).await;
+            let o = self.outcome(CallKind::Release, release_command(&r)).await;
             o.and_then(release_answer).map_err(grantor_error)
         })
     }
@@ -88,7 +99,7 @@ impl<R: Replica<AllocatorState>> Grantor for ReplicaGrantor<R> {
         r: pb::LeaseBatchRequest,
     ) -> BoxFuture<'_, Result<pb::LeaseBatchResponse, GrantorError>> {
         Box::pin(async move {
-            lease_batch(&self.replica, self.signer.as_deref(), r)
+            lease_batch(&self.replica, self.signer.as_deref(), &self.counts, r)
                 .await
                 .map_err(grantor_error)
         })

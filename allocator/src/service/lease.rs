@@ -1,6 +1,7 @@
 //! The lease service for downstream holders: agents and lower-level allocators.
 
 use super::auth::holder_caller;
+use super::call_counts::{CallKind, LeaseCallCounts};
 use super::convert::replica_status;
 use super::decide::{Decider, UpstreamDecider};
 use super::lease_batch::lease_batch;
@@ -25,6 +26,7 @@ pub struct LeaseServer<R> {
     auth: AuthMode,
     watch: WatchSettings,
     decider: Decider<R>,
+    counts: Arc<LeaseCallCounts>,
 }
 
 impl<R: Replica<AllocatorState>> LeaseServer<R> {
@@ -35,7 +37,14 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
             signer,
             auth,
             watch,
+            counts: Arc::default(),
         }
+    }
+
+    /// Counts the lease calls this server applies into `counts` (for the node's metrics).
+    pub fn with_counts(mut self, counts: Arc<LeaseCallCounts>) -> Self {
+        self.counts = counts;
+        self
     }
 
     /// Forwards exact decisions on policies owned above this cluster to `upstream`.
@@ -44,8 +53,8 @@ impl<R: Replica<AllocatorState>> LeaseServer<R> {
         self
     }
 
-    async fn propose(&self, command: StateCommand) -> Result<Outcome, Status> {
-        propose_outcome(&self.replica, command).await
+    async fn propose(&self, kind: CallKind, command: StateCommand) -> Result<Outcome, Status> {
+        propose_outcome(&self.replica, &self.counts, kind, command).await
     }
 }
 
@@ -57,7 +66,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let outcome = self.propose(acquire_command(r)).await?;
+        let outcome = self.propose(CallKind::Acquire, acquire_command(r)).await?;
         Ok(Response::new(acquire_answer(Some(&self.signer), outcome)?))
     }
 
@@ -67,7 +76,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let outcome = self.propose(report_command(r)).await?;
+        let outcome = self.propose(CallKind::Report, report_command(r)).await?;
         Ok(Response::new(report_answer(Some(&self.signer), outcome)?))
     }
 
@@ -77,7 +86,7 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = req.get_ref();
         holder_caller(&self.auth, &req, &r.holder_id)?;
-        let outcome = self.propose(release_command(r)).await?;
+        let outcome = self.propose(CallKind::Release, release_command(r)).await?;
         Ok(Response::new(release_answer(outcome)?))
     }
 
@@ -86,7 +95,13 @@ impl<R: Replica<AllocatorState>> LeaseService for LeaseServer<R> {
         req: Request<pb::LeaseBatchRequest>,
     ) -> Result<Response<pb::LeaseBatchResponse>, Status> {
         holder_caller(&self.auth, &req, &req.get_ref().holder_id)?;
-        let answered = lease_batch(&self.replica, Some(&self.signer), req.into_inner()).await?;
+        let answered = lease_batch(
+            &self.replica,
+            Some(&self.signer),
+            &self.counts,
+            req.into_inner(),
+        )
+        .await?;
         Ok(Response::new(answered))
     }
 

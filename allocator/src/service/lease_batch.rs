@@ -6,6 +6,7 @@
 //! fixed costs (TLS records, an HTTP/2 stream, authorisation) and the proposal are paid
 //! once; the ledger still applies every call as its own.
 
+use super::call_counts::{CallKind as Kind, LeaseCallCounts};
 use super::convert::replica_status;
 use super::lease_calls::{
     acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
@@ -20,18 +21,12 @@ use pb::lease_batch_item::Call;
 use pb::lease_batch_outcome::Outcome;
 use tonic::Status;
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Acquire,
-    Report,
-    Release,
-}
-
 /// Applies `r`'s calls as one command and answers each. The whole call fails only when
 /// nothing was applied (a malformed batch, no leader, no quorum).
 pub(crate) async fn lease_batch<R: Replica<AllocatorState>>(
     replica: &R,
     signer: Signing<'_>,
+    counts: &LeaseCallCounts,
     r: pb::LeaseBatchRequest,
 ) -> Result<pb::LeaseBatchResponse, Status> {
     let (kinds, commands) = commands(r)?;
@@ -52,8 +47,11 @@ pub(crate) async fn lease_batch<R: Replica<AllocatorState>>(
     let outcomes = kinds
         .into_iter()
         .zip(outputs)
-        .map(|(kind, out)| pb::LeaseBatchOutcome {
-            outcome: Some(answer(signer, kind, out)),
+        .map(|(kind, out)| {
+            counts.count(kind, true);
+            pb::LeaseBatchOutcome {
+                outcome: Some(answer(signer, kind, out)),
+            }
         })
         .collect();
     Ok(pb::LeaseBatchResponse { outcomes })

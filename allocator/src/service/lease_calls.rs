@@ -2,6 +2,7 @@
 //! the response each outcome becomes. Single calls and `LeaseBatch` share them, so a call
 //! in a batch is answered exactly as its own call would be.
 
+use super::call_counts::{CallKind, LeaseCallCounts};
 use super::convert::{deny_to_pb, lease_to_pb, ledger_status, replica_status};
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
@@ -27,12 +28,17 @@ fn signed(signer: Signing<'_>, mut lease: Lease) -> pb::Lease {
     lease_to_pb(&lease)
 }
 
-/// Proposes a holder's command: its ledger outcome, or the status its call fails with.
+/// Proposes a holder's call: its ledger outcome, or the status the call fails with. A call
+/// the ledger applied is counted, whether it granted or refused.
 pub(super) async fn propose_outcome<R: Replica<AllocatorState>>(
     replica: &R,
+    counts: &LeaseCallCounts,
+    kind: CallKind,
     command: StateCommand,
 ) -> Result<Outcome, Status> {
-    ledger_outcome(replica.propose(command).await.map_err(replica_status)?)
+    let out = replica.propose(command).await.map_err(replica_status)?;
+    counts.count(kind, false);
+    ledger_outcome(out)
 }
 
 /// The ledger's outcome in a command's output, or the status a call fails with.

@@ -5,6 +5,7 @@ pub mod admin;
 mod audit_stream;
 pub mod auth;
 pub mod budget;
+pub mod call_counts;
 pub mod cluster;
 pub mod cluster_raft;
 pub mod convert;

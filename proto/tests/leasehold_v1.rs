@@ -81,6 +81,7 @@ const METHODS: &[(&str, &[(&str, bool)])] = &[
     ("leasehold.v1.LeaseService", &[
         ("Acquire", false), ("Report", false), ("Release", false), ("Watch", true),
         ("Decide", false), ("Refund", false), ("DecideBatch", false),
+        ("LeaseBatch", false),
     ]),
     ("leasehold.v1.AdmitService", &[("Admit", false)]),
     ("leasehold.v1.AdminService", &[

@@ -5,8 +5,8 @@
 use super::call_counts::{CallKind, LeaseCallCounts};
 use super::lease_batch::lease_batch;
 use super::lease_calls::{
-    acquire_answer, acquire_command, propose_outcome, release_answer, release_command,
-    report_answer, report_command,
+    acquire_answer, acquire_command, last_request_id, propose_outcome, release_answer,
+    release_command, report_answer, report_command,
 };
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand};
@@ -14,7 +14,6 @@ use leasehold_client::{BoxFuture, Grantor, GrantorError};
 use leasehold_common::lease::LeaseSigner;
 use leasehold_common::ledger::Outcome;
 use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
 use std::sync::Arc;
 use tonic::Status;
 
@@ -47,11 +46,7 @@ impl<R: Replica<AllocatorState>> ReplicaGrantor<R> {
 
 /// The error a remote holder would have seen for `s`.
 fn grantor_error(s: Status) -> GrantorError {
-    let last = s
-        .metadata()
-        .get(LAST_REQUEST_ID_METADATA_KEY)
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    match (last, s.code()) {
+    match (last_request_id(&s), s.code()) {
         (Some(last), _) => GrantorError::StaleRequest { last },
         (None, tonic::Code::Unavailable) => GrantorError::Unreachable(s.message().to_string()),
         (None, code) => GrantorError::Refused {

@@ -9,14 +9,13 @@
 use super::call_counts::{CallKind as Kind, LeaseCallCounts};
 use super::convert::replica_status;
 use super::lease_calls::{
-    acquire_answer, acquire_command, ledger_outcome, release_answer, release_command,
-    report_answer, report_command, Signing,
+    acquire_answer, acquire_command, last_request_id, ledger_outcome, release_answer,
+    release_command, report_answer, report_command, Signing,
 };
 use crate::replica::Replica;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_client::LEASE_BATCH_ITEMS_MAX;
 use leasehold_proto::leasehold::v1 as pb;
-use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
 use pb::lease_batch_item::Call;
 use pb::lease_batch_outcome::Outcome;
 use tonic::Status;
@@ -116,14 +115,9 @@ fn answer(signer: Signing<'_>, kind: Kind, out: StateOutput) -> Outcome {
 }
 
 fn failure(s: &Status) -> pb::DecideFailure {
-    let last_request_id = s
-        .metadata()
-        .get(LAST_REQUEST_ID_METADATA_KEY)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .unwrap_or(0);
     pb::DecideFailure {
         code: s.code() as i32,
         message: s.message().to_string(),
-        last_request_id,
+        last_request_id: last_request_id(s).unwrap_or(0),
     }
 }

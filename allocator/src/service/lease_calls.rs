@@ -10,6 +10,7 @@ use leasehold_client::wire::{acquire_from_pb, release_from_pb, report_from_pb};
 use leasehold_common::lease::{Lease, LeaseSigner};
 use leasehold_common::ledger::{HolderCounts, Outcome};
 use leasehold_proto::leasehold::v1 as pb;
+use leasehold_proto::LAST_REQUEST_ID_METADATA_KEY;
 use tonic::Status;
 
 fn ms(ns: u64) -> u64 {
@@ -39,6 +40,13 @@ pub(super) async fn propose_outcome<R: Replica<AllocatorState>>(
     let out = replica.propose(command).await.map_err(replica_status)?;
     counts.count(kind, false);
     ledger_outcome(out)
+}
+
+/// The last request id a stale-request status names (see `ledger_status`).
+pub(super) fn last_request_id(s: &Status) -> Option<u64> {
+    s.metadata()
+        .get(LAST_REQUEST_ID_METADATA_KEY)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
 }
 
 /// The ledger's outcome in a command's output, or the status a call fails with.

@@ -12,6 +12,7 @@
 use super::plan::{KeyView, Step};
 use super::{UpstreamConfig, UpstreamCounters};
 use crate::replica::{Replica, ReplicaError};
+use crate::service::call_counts::CallKind;
 use crate::state::{AllocatorState, StateCommand, StateOutput};
 use leasehold_client::wire::lease_from_pb;
 use leasehold_client::GrantorError;
@@ -30,6 +31,15 @@ use std::sync::Arc;
 pub struct Pause {
     pub ms: u64,
     pub why: String,
+}
+
+/// The kind of `call`, all its answer is read by.
+pub fn kind(call: &Call) -> CallKind {
+    match call {
+        Call::Acquire(_) => CallKind::Acquire,
+        Call::Report(_) => CallKind::Report,
+        Call::Release(_) => CallKind::Release,
+    }
 }
 
 fn pause(ms: u64, why: impl ToString) -> Pause {
@@ -111,24 +121,25 @@ impl<R: Replica<AllocatorState>> Exchange<R> {
         }
     }
 
-    /// Records what the upstream answered to `call`.
+    /// Records what the upstream answered to the key's call of kind `call`.
     pub async fn finish(
         &self,
         v: &KeyView,
-        call: &Call,
+        call: CallKind,
         answer: Result<Answer, GrantorError>,
         sent_at: Nanos,
     ) -> Result<(), Pause> {
+        use CallKind::{Acquire, Release, Report};
         match (call, answer) {
-            (Call::Acquire(_), Ok(Answer::Acquired(resp))) => self.acquired(v, resp, sent_at).await,
-            (Call::Report(_), Ok(Answer::Reported(resp))) => self.reported(v, resp, sent_at).await,
-            (Call::Report(_), Err(GrantorError::Refused { code, message })) => {
+            (Acquire, Ok(Answer::Acquired(resp))) => self.acquired(v, resp, sent_at).await,
+            (Report, Ok(Answer::Reported(resp))) => self.reported(v, resp, sent_at).await,
+            (Report, Err(GrantorError::Refused { code, message })) => {
                 // The upstream no longer knows the lease: it ran out or was revoked there.
                 tracing::info!(key = %v.key, ?code, message, "upstream lease gone");
                 self.close(v, false).await
             }
-            (Call::Release(_), Ok(Answer::Released(_))) => self.released(v, true).await,
-            (Call::Release(_), Err(GrantorError::Refused { .. })) => self.released(v, false).await,
+            (Release, Ok(Answer::Released(_))) => self.released(v, true).await,
+            (Release, Err(GrantorError::Refused { .. })) => self.released(v, false).await,
             (_, Err(e)) => Err(self.failed(e)),
             (_, Ok(other)) => Err(pause(0, format!("upstream answered with {other:?}"))),
         }

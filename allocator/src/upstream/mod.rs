@@ -6,10 +6,10 @@
 //! the replicated ledger, [plans](plan::plan) a step per key, and carries them out: acquire,
 //! report (which renews and gives idle credit back), close an expired lease, or release a
 //! key nobody uses. The round's calls upstream leave together in one `LeaseBatch`, which
-//! the upstream applies as one replicated command. What it learns from upstream enters the ledger as replicated commands
-//! (`UpstreamGranted`, `UpstreamReturn`, `UpstreamClosed`), so a new leader continues from
-//! exactly where the old one stopped. Policies and emergency switches follow the upstream's
-//! watch stream ([`mirror`]).
+//! the upstream applies as one replicated command. What it learns from upstream enters the
+//! ledger as replicated commands (`UpstreamGranted`, `UpstreamReturn`, `UpstreamClosed`), so
+//! a new leader continues from exactly where the old one stopped. Policies and emergency
+//! switches follow the upstream's watch stream ([`mirror`]).
 
 mod exchange;
 pub mod mirror;

@@ -4,7 +4,7 @@
 //! order; different keys' steps interleave, and their replicated commands share log
 //! entries.
 
-use super::exchange::{Exchange, Pause};
+use super::exchange::{kind, Exchange, Pause};
 use super::plan::{plan, views, KeyView, Step};
 use super::send::BatchSender;
 use super::UpstreamConfig;
@@ -13,7 +13,6 @@ use crate::state::AllocatorState;
 use futures_util::stream::{self, StreamExt};
 use leasehold_common::lease::wait_after_denial_ms;
 use leasehold_common::time::Nanos;
-use leasehold_proto::leasehold::v1::lease_batch_item::Call;
 use std::collections::HashMap;
 
 /// Most keys whose replicated commands a round has proposed and not yet seen applied: as
@@ -64,10 +63,13 @@ pub(super) async fn round<R: Replica<AllocatorState>>(
     if !ex.still_leading() {
         return;
     }
-    let mut calls = Vec::new();
+    let (mut keys, mut calls) = (Vec::new(), Vec::new());
     for (v, step, r) in prepared {
         match r {
-            Ok(Some(call)) => calls.push((v, step, call)),
+            Ok(Some(call)) => {
+                keys.push((v, step, kind(&call)));
+                calls.push(call);
+            }
             Ok(None) => {}
             Err(p) => paused(memory, cfg, now, &v, &step, p),
         }
@@ -75,11 +77,10 @@ pub(super) async fn round<R: Replica<AllocatorState>>(
     if calls.is_empty() {
         return;
     }
-    let sent: Vec<Call> = calls.iter().map(|(_, _, c)| c.clone()).collect();
-    let answers = sender.send(&sent).await;
-    let finished: Vec<_> = stream::iter(calls.into_iter().zip(answers))
+    let answers = sender.send(calls).await;
+    let finished: Vec<_> = stream::iter(keys.into_iter().zip(answers))
         .map(|((v, step, call), answer)| async move {
-            let r = ex.finish(&v, &call, answer, now).await;
+            let r = ex.finish(&v, call, answer, now).await;
             (v, step, r)
         })
         .buffered(PROPOSALS_IN_FLIGHT_MAX)

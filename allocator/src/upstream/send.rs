@@ -18,6 +18,8 @@ pub struct BatchSender {
     /// The upstream answered `Unimplemented` to a batch (an older version): its calls go
     /// one by one from then on.
     unsupported: AtomicBool,
+    /// The upstream answered a batch: it has `LeaseBatch`.
+    supported: AtomicBool,
 }
 
 /// Each call's answer, in call order.
@@ -34,14 +36,18 @@ impl BatchSender {
             holder_id,
             counters,
             unsupported: AtomicBool::new(false),
+            supported: AtomicBool::new(false),
         }
     }
 
-    /// Sends `calls`, at most [`LEASE_BATCH_ITEMS_MAX`] to a batch, the batches at once.
-    pub async fn send(&self, calls: &[Call]) -> Answers {
-        let batches = calls
-            .chunks(LEASE_BATCH_ITEMS_MAX)
-            .map(|chunk| self.one_batch(chunk));
+    /// Sends `calls`, at most [`LEASE_BATCH_ITEMS_MAX`] to a batch, the batches at once;
+    /// each call's answer, in call order.
+    pub async fn send(&self, mut calls: Vec<Call>) -> Answers {
+        let mut batches = Vec::with_capacity(calls.len().div_ceil(LEASE_BATCH_ITEMS_MAX));
+        while !calls.is_empty() {
+            let rest = calls.split_off(calls.len().min(LEASE_BATCH_ITEMS_MAX));
+            batches.push(self.one_batch(std::mem::replace(&mut calls, rest)));
+        }
         futures_util::future::join_all(batches)
             .await
             .into_iter()
@@ -49,30 +55,42 @@ impl BatchSender {
             .collect()
     }
 
-    async fn one_batch(&self, calls: &[Call]) -> Answers {
-        let req = pb::LeaseBatchRequest {
+    fn request(&self, calls: Vec<Call>) -> pb::LeaseBatchRequest {
+        pb::LeaseBatchRequest {
             holder_id: self.holder_id.clone(),
             items: calls
-                .iter()
-                .map(|c| pb::LeaseBatchItem {
-                    call: Some(c.clone()),
-                })
+                .into_iter()
+                .map(|c| pb::LeaseBatchItem { call: Some(c) })
                 .collect(),
-        };
+        }
+    }
+
+    async fn one_batch(&self, calls: Vec<Call>) -> Answers {
         let n = calls.len();
+        let req = self.request(calls);
         if self.unsupported.load(Relaxed) {
             return answers(each_call(&*self.grantor, req).await, n);
         }
         self.counters.batch_calls.fetch_add(1, Relaxed);
-        match self.grantor.lease_batch(req.clone()).await {
-            Ok(resp) => answers(resp, n),
+        // Only an upstream without batches needs the calls again: a copy is kept until the
+        // upstream has answered a batch once.
+        let items = (!self.supported.load(Relaxed)).then(|| req.items.clone());
+        match self.grantor.lease_batch(req).await {
+            Ok(resp) => {
+                self.supported.store(true, Relaxed);
+                answers(resp, n)
+            }
             Err(GrantorError::Refused {
                 code: tonic::Code::Unimplemented,
                 ..
             }) => {
                 tracing::info!("the upstream has no LeaseBatch; sending its calls one by one");
                 self.unsupported.store(true, Relaxed);
-                answers(each_call(&*self.grantor, req).await, n)
+                let again = pb::LeaseBatchRequest {
+                    holder_id: self.holder_id.clone(),
+                    items: items.unwrap_or_default(),
+                };
+                answers(each_call(&*self.grantor, again).await, n)
             }
             // A refusal of the batch as a whole says nothing about any one lease: no call's
             // lease may be closed over it, so each call counts as not served.

@@ -186,6 +186,8 @@ struct World {
     root: Metered,
     tally: Arc<AgentTally>,
     regions: Vec<Arc<UpstreamCounters>>,
+    /// The keys' demand summed, in units per second.
+    demand_units_per_s: f64,
 }
 
 impl World {
@@ -238,16 +240,14 @@ async fn run_paused(cfg: ScaleConfig) -> Result<ScaleReport, String> {
         .map_err(|e| e.to_string())?;
     Ok(report(
         &cfg,
-        &before,
-        &after,
+        (&before, &after, world.demand_units_per_s),
         (root_keys, root_leases, root_snapshot_bytes, root_conserved),
     ))
 }
 
 fn report(
     cfg: &ScaleConfig,
-    before: &Totals,
-    after: &Totals,
+    (before, after, demand_units_per_s): (&Totals, &Totals, f64),
     (root_keys, root_leases, root_snapshot_bytes, root_conserved): (usize, usize, usize, bool),
 ) -> ScaleReport {
     let s = cfg.seconds as f64;
@@ -264,7 +264,7 @@ fn report(
         root_bytes_per_s: c.bytes as f64 / s,
         root_apply_ns_per_call: c.apply_ns as f64 / c.lease_calls.max(1) as f64,
         admitted_units_per_s: admitted,
-        demand_units_per_s: demand_units_per_s(cfg),
+        demand_units_per_s,
         root_lease_size_mean: lease_size,
         model_calls_per_s: admitted / lease_size.max(f64::MIN_POSITIVE),
         model_refresh_calls_per_s: cfg.keys as f64 * 1_000.0 / cfg.region_report_every_ms as f64,
@@ -329,7 +329,12 @@ async fn start(cfg: &ScaleConfig, clock: Arc<dyn Clock>) -> Result<World, String
         grantors.push(Arc::new(ReplicaGrantor::new(replica, None)));
     }
     let tally = Arc::new(AgentTally::default());
-    for (a, agent) in agents(cfg).into_iter().enumerate() {
+    let agents = agents(cfg);
+    let demand_milli: u64 = agents
+        .iter()
+        .flat_map(|a| a.keys.iter().map(|k| k.demand_milli_per_sec))
+        .sum();
+    for (a, agent) in agents.into_iter().enumerate() {
         let region = Arc::clone(&grantors[a % cfg.regions]);
         tokio::task::spawn_local(agent.run(region, Arc::clone(&tally)));
     }
@@ -337,6 +342,7 @@ async fn start(cfg: &ScaleConfig, clock: Arc<dyn Clock>) -> Result<World, String
         root,
         tally,
         regions,
+        demand_units_per_s: demand_milli as f64 / 1_000.0,
     })
 }
 
@@ -345,14 +351,6 @@ fn batches_per_s_max(cfg: &ScaleConfig) -> f64 {
     let per_round = per_region.min(PlanSettings::default().keys_per_round_max);
     let batches = per_round.div_ceil(leasehold_client::LEASE_BATCH_ITEMS_MAX);
     (cfg.regions * batches) as f64 * 1_000.0 / TICK_MS as f64
-}
-
-fn demand_units_per_s(cfg: &ScaleConfig) -> f64 {
-    let milli: u64 = agents(cfg)
-        .iter()
-        .flat_map(|a| a.keys.iter().map(|k| k.demand_milli_per_sec))
-        .sum();
-    milli as f64 / 1_000.0
 }
 
 /// The agents and their keys, drawn from the seed: key `k` is served by agent
